@@ -1,0 +1,32 @@
+# Two entry points (README): `make demo` runs the main job on the bundled sample,
+# `make test` runs the test suite. Each creates or refreshes .venv by itself.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.hbpe-installed
+SHARED_CACHE := $(abspath ../shared/data/tiktoken-cache)
+ifneq ($(wildcard $(SHARED_CACHE)),)
+export TIKTOKEN_CACHE_DIR ?= $(SHARED_CACHE)
+endif
+
+.PHONY: demo test lint install clean
+
+$(STAMP): pyproject.toml setup.py pipeline/_merge_core.c
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/hbpe demo --out runs/demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2 --durations=15 tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf runs build *.egg-info pipeline/*.so

@@ -1,0 +1,266 @@
+"""The `hbpe` command line: thin commands that parse, call one library function, print.
+
+Heavy libraries (torch, composer, beam) are imported inside the commands that
+need them, so `hbpe tokenizer ...` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+import hbpe
+from schemas.errors import HbpeError
+
+
+class _Group(click.Group):
+    """Prints HbpeError (and its family) as one line, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HbpeError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+
+
+def _emit(obj: Any, as_json: bool, render: Callable[[Any], str]) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=True) if as_json else render(obj))
+
+
+@click.group(cls=_Group)
+@click.version_option(hbpe.__version__, prog_name="hbpe")
+def main() -> None:
+    """hbpe: hierarchical BPE tokenizers, MDS shards, and hierarchical patch LMs."""
+
+
+@main.command("demo")
+@click.option("--out", type=click.Path(file_okay=False), default="runs/demo", show_default=True)
+def demo(out: str) -> None:
+    """Run the main job end to end on the bundled sample (embedded defaults)."""
+    from pathlib import Path
+
+    from hbpe.demo import run_demo
+
+    run_demo(Path(out))
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+@main.group(cls=_Group)
+def tokenizer() -> None:
+    """Train, inspect and apply the two-stage tokenizer."""
+
+
+@tokenizer.command("train")
+@click.option("--encoding", required=True, help="tiktoken name (gpt2, cl100k_base, ...) or a .tiktoken rank file.")
+@click.option(
+    "--pattern",
+    default=None,
+    help="Split pattern for a rank file: a name (gpt2, cl100k_base, llama3, o200k_base) or a regex.",
+)
+@click.option("--max-patch-size", "-S", type=click.IntRange(min=2), required=True, help="S: maximum symbols per patch.")
+@click.option("--mode", type=click.Choice(["full", "minimal"]), default="full", show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), required=True)
+@click.option("--overwrite", is_flag=True)
+def tokenizer_train(
+    encoding: str, pattern: str | None, max_patch_size: int, mode: str, out: str, overwrite: bool
+) -> None:
+    """Learn the second stage (Algorithm 1) over a first-stage vocabulary and save the artifact."""
+    import time
+
+    from pipeline import tokenizer_io
+
+    t = time.perf_counter()
+    tok = tokenizer_io.train_tokenizer(encoding, max_patch_size=max_patch_size, mode=mode, pattern=pattern)
+    tokenizer_io.save(tok, out, overwrite=overwrite)
+    click.echo(
+        f"trained {tok.encoding.name} S={max_patch_size} mode={mode}: {len(tok.merges)} merges, "
+        f"V'={tok.vocab_size} in {time.perf_counter() - t:.2f}s -> {out} (fingerprint {tok.fingerprint[:12]})"
+    )
+
+
+@tokenizer.command("train-bpe")
+@click.option("--corpus", "corpus", multiple=True, required=True, help="jsonl / jsonl.zst / txt files (repeatable).")
+@click.option("--vocab-size", type=click.IntRange(min=256), required=True)
+@click.option("--pattern", default="cl100k_base", show_default=True, help="Split pattern name or regex.")
+@click.option("--min-count", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option(
+    "--out", type=click.Path(), required=True, help="Output .tiktoken path (a .json sidecar is written beside it)."
+)
+def tokenizer_train_bpe(corpus: tuple[str, ...], vocab_size: int, pattern: str, min_count: int, out: str) -> None:
+    """Train a first-stage byte-level BPE in-house; use the result as --encoding PATH."""
+    from pipeline.first_stage_train import count_words, train_ranks, write_encoding
+    from pipeline.tokenizer_stats import read_texts
+
+    texts, _ = read_texts(corpus)
+    words = count_words(texts, pattern)
+    ranks = train_ranks(words, vocab_size, min_count=min_count)
+    path = write_encoding(ranks, out, pattern=pattern)
+    note = "" if len(ranks) >= vocab_size else f" (stopped early: no pair occurs >= {min_count} times)"
+    click.echo(f"trained a {len(ranks)}-token first stage on {len(words)} distinct words{note} -> {path}")
+
+
+@tokenizer.command("info")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="PNG of the patch-length histograms.")
+def tokenizer_info(directory: str, as_json: bool, plot: str | None) -> None:
+    """V', merges, S, mode and the vocabulary's patch-length histogram before/after the second stage."""
+    from pipeline import tokenizer_info as info_mod
+    from pipeline import tokenizer_io
+
+    tok = tokenizer_io.load(directory)
+    info = info_mod.describe(tok)
+    if plot:
+        info_mod.plot_histograms(info, plot)
+    _emit(info, as_json, info_mod.render)
+
+
+@tokenizer.command("encode")
+@click.option("--tokenizer", "tokenizer_dir", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--input", "input_file", type=click.File("rb"), default="-", help="UTF-8 text (default: stdin).")
+def tokenizer_encode(tokenizer_dir: str, input_file: Any) -> None:
+    """Text -> JSON {"tokens": [...], "patches": [[...], ...]} (patches without PAD)."""
+    from pipeline import tokenizer_io
+
+    data = input_file.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HbpeError(f"input is not valid UTF-8 (byte {e.start}); convert it to UTF-8 first") from e
+    tok = tokenizer_io.load(tokenizer_dir)
+    tokens, patches = tok.encode_patches(text)
+    lengths = tok.patch_lengths[tokens.astype("int64")]
+    out = {"tokens": tokens.tolist(), "patches": [row[:n].tolist() for row, n in zip(patches, lengths, strict=True)]}
+    click.echo(json.dumps(out, separators=(",", ":")))
+
+
+@tokenizer.command("decode")
+@click.option("--tokenizer", "tokenizer_dir", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--input", "input_file", type=click.File("r"), default="-", help="JSON from `encode` (default: stdin).")
+def tokenizer_decode(tokenizer_dir: str, input_file: Any) -> None:
+    """JSON from `encode` -> the text (from `patches`, or `tokens` when no patches are given)."""
+    from pipeline import tokenizer_io
+
+    try:
+        obj = json.load(input_file)
+    except json.JSONDecodeError as e:
+        raise HbpeError(f"input is not JSON ({e}); pass the output of `hbpe tokenizer encode`") from e
+    if not isinstance(obj, dict) or not ({"patches", "tokens"} & obj.keys()):
+        raise HbpeError('input JSON needs a "patches" or "tokens" list, as written by `hbpe tokenizer encode`')
+    tok = tokenizer_io.load(tokenizer_dir)
+    if "patches" in obj:
+        text = tok.decode_symbols_bytes(s for p in obj["patches"] for s in p).decode("utf-8", errors="replace")
+    else:
+        text = tok.decode_tokens(obj["tokens"])
+    sys.stdout.write(text)
+
+
+@tokenizer.command("stats")
+@click.option("--tokenizer", "tokenizer_dir", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--corpus", multiple=True, required=True, help="jsonl / jsonl.zst / txt (repeatable).")
+@click.option("--text-field", default="text", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def tokenizer_stats(tokenizer_dir: str, corpus: tuple[str, ...], text_field: str, as_json: bool) -> None:
+    """Bytes per token, symbols per patch (in the tokenizer's mode) and fertility on a corpus."""
+    from pipeline import tokenizer_io
+    from pipeline.documents import RecordPolicy
+    from pipeline.tokenizer_stats import corpus_stats, read_texts
+
+    tok = tokenizer_io.load(tokenizer_dir)
+    texts, rejects = read_texts(corpus, RecordPolicy(text_field=text_field))
+    st = corpus_stats(tok, texts)
+    st.rejected, st.reject_reasons = sum(rejects.values()), dict(rejects)
+    d = st.to_dict()
+    _emit(
+        d,
+        as_json,
+        lambda d: (
+            f"documents {d['documents']} (rejected {d['rejected']})  bytes {d['bytes']}  tokens {d['tokens']}\n"
+            f"bytes/token {d['bytes_per_token']:.3f}  symbols/patch ({tok.mode}) {d['symbols_per_patch']:.3f}  "
+            f"fertility {d['fertility']:.3f}"
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- bench
+
+
+@main.group(cls=_Group)
+def bench() -> None:
+    """Benchmarks that print numbers and ratios."""
+
+
+@bench.command("tokenizer")
+@click.option("--tokenizer", "tokenizer_dir", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--corpus", required=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_tokenizer_cmd(tokenizer_dir: str, corpus: str, repeat: int, as_json: bool) -> None:
+    """Encoding MB/s of tiktoken alone and with the second stage, in one run; second-stage training time."""
+    from pipeline import tokenizer_io
+    from pipeline.bench_tokenizer import bench_tokenizer
+    from pipeline.tokenizer_stats import read_texts
+
+    texts, _ = read_texts([corpus])
+    r = bench_tokenizer(tokenizer_io.load(tokenizer_dir), texts, repeat=repeat)
+
+    def render(r: dict) -> str:
+        m = r["mb_per_s"]
+        return "\n".join(
+            [
+                f"{r['encoding']} S={r['max_patch_size']} mode={r['mode']}: {r['merges']} merges, V'={r['vocab_size']}; "
+                f"corpus {r['corpus_mb']:.2f} MB",
+                f"second-stage training          {r['second_stage_train_s'] * 1000:9.1f} ms",
+                f"tiktoken encode_ordinary       {m['tiktoken_encode_ordinary']:9.2f} MB/s",
+                f"hbpe (tiktoken + table)        {m['hbpe_encode']:9.2f} MB/s   ratio {r['ratio_single']:.3f}",
+                f"tiktoken batch ({r['threads']} threads)     {m['tiktoken_encode_ordinary_batch']:9.2f} MB/s",
+                f"hbpe batch ({r['threads']} threads)         {m['hbpe_encode_batch']:9.2f} MB/s   ratio {r['ratio_batch']:.3f}",
+            ]
+        )
+
+    _emit(r, as_json, render)
+
+
+@bench.command("sweep")
+@click.option("--encodings", default="gpt2,cl100k_base,o200k_base", show_default=True)
+@click.option("--sizes", default="6,8,10", show_default=True)
+@click.option("--corpus", required=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_sweep_cmd(encodings: str, sizes: str, corpus: str, repeat: int, as_json: bool) -> None:
+    """Merges, V', second-stage training time and symbols/patch in both modes, per encoding and S."""
+    from pipeline.bench_tokenizer import bench_sweep
+    from pipeline.tokenizer_stats import read_texts
+
+    texts, _ = read_texts([corpus])
+    rows = bench_sweep(encodings.split(","), [int(s) for s in sizes.split(",")], texts, repeat=repeat)
+
+    def render(rows: list[dict]) -> str:
+        head = f"{'encoding':<12} {'S':>3} {'merges':>7} {'V_prime':>7} {'train_ms':>9} {'B/patch':>8} {'sym/p full':>10} {'sym/p min':>10}"
+        lines = [head]
+        for r in rows:
+            lines.append(
+                f"{r['encoding']:<12} {r['S']:>3} {r['merges']:>7} {r['vocab_size']:>7} {r['train_s'] * 1000:>9.1f} "
+                f"{r['bytes_per_patch']:>8.3f} {r['symbols_per_patch_full']:>10.3f} {r['symbols_per_patch_minimal']:>10.3f}"
+            )
+        return "\n".join(lines)
+
+    _emit(rows, as_json, render)
+
+
+def _register_more() -> None:
+    """Commands of the pipeline and trainer, defined in their own modules to keep this file small."""
+    from hbpe import cli_data, cli_train
+
+    cli_data.register(main, bench)
+    cli_train.register(main, bench)
+
+
+_register_more()

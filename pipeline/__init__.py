@@ -1,0 +1,1 @@
+"""Corpus -> shards: the two-stage tokenizer and the Beam conversion pipeline."""

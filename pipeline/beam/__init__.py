@@ -1,0 +1,1 @@
+"""The Beam conversion pipeline: corpus files -> MDS shards."""

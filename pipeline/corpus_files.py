@@ -1,0 +1,200 @@
+"""Corpus files: format detection, decompression, byte-range work units, record iteration.
+
+A work unit is a file, or a byte range of a large uncompressed line-oriented file
+(a range owns every line that *starts* inside it), or a span of Parquet row
+groups. Units are independent, so a runner can read them in parallel while the
+output still follows file order.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pipeline.documents import (
+    UNREADABLE_INPUT,
+    Document,
+    RecordPolicy,
+    Reject,
+    parse_json_record,
+    parse_object,
+    parse_text_record,
+)
+from schemas.errors import ConfigError
+
+COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bzip2"}
+FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".txt": "text", ".parquet": "parquet"}
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    size: int
+    mtime: float | None
+    format: str
+    compression: str | None
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """A slice of one input file: [start, end) bytes, or row groups [start, end) for Parquet."""
+
+    index: int
+    file_index: int
+    path: str
+    format: str
+    compression: str | None
+    start: int
+    end: int | None
+
+
+def detect(path: str) -> tuple[str, str | None]:
+    """(format, compression) from the file name, e.g. 'a.jsonl.zst' -> ('jsonl', 'zstd')."""
+    name = path.lower()
+    compression = None
+    for suffix, kind in COMPRESSIONS.items():
+        if name.endswith(suffix):
+            compression, name = kind, name[: -len(suffix)]
+            break
+    for suffix, fmt in FORMATS.items():
+        if name.endswith(suffix):
+            return fmt, compression
+    raise ConfigError(
+        f"cannot tell the format of {path}: use .jsonl/.json/.ndjson, .txt or .parquet, "
+        "optionally compressed as .gz, .zst or .bz2"
+    )
+
+
+def open_raw(path: str) -> io.RawIOBase | io.BufferedIOBase:
+    """Open local paths directly and URIs (gs://, s3://, ...) through Beam's filesystems."""
+    if "://" in path:
+        from apache_beam.io.filesystem import CompressionTypes
+        from apache_beam.io.filesystems import FileSystems
+
+        return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    return open(path, "rb")
+
+
+def open_decompressed(path: str, compression: str | None) -> io.BufferedIOBase:
+    raw = open_raw(path)
+    if compression == "gzip":
+        return gzip.GzipFile(fileobj=raw)
+    if compression == "bzip2":
+        return bz2.BZ2File(raw)
+    if compression == "zstd":
+        import zstandard
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True))
+    return raw if isinstance(raw, io.BufferedIOBase) else io.BufferedReader(raw)
+
+
+def plan_units(files: list[FileInfo], *, split_bytes: int, text_unit: str = "file") -> list[WorkUnit]:
+    """Cut files into work units: byte ranges for big uncompressed line files, row groups for Parquet."""
+    units: list[WorkUnit] = []
+    for fi, f in enumerate(files):
+        splittable = f.compression is None and (f.format == "jsonl" or (f.format == "text" and text_unit == "line"))
+        if f.format == "parquet":
+            for start, end in _row_group_spans(f.path, split_bytes):
+                units.append(WorkUnit(len(units), fi, f.path, f.format, f.compression, start, end))
+        elif splittable and f.size > split_bytes:
+            for start in range(0, f.size, split_bytes):
+                end = min(start + split_bytes, f.size)
+                units.append(
+                    WorkUnit(len(units), fi, f.path, f.format, f.compression, start, end if end < f.size else None)
+                )
+        else:
+            units.append(WorkUnit(len(units), fi, f.path, f.format, f.compression, 0, None))
+    return units
+
+
+def _row_group_spans(path: str, split_bytes: int) -> list[tuple[int, int]]:
+    import pyarrow.parquet as pq
+
+    with open_raw(path) as fh:
+        meta = pq.ParquetFile(fh).metadata
+    spans, start, acc = [], 0, 0
+    for rg in range(meta.num_row_groups):
+        acc += meta.row_group(rg).total_byte_size
+        if acc >= split_bytes:
+            spans.append((start, rg + 1))
+            start, acc = rg + 1, 0
+    if start < meta.num_row_groups or not spans:
+        spans.append((start, meta.num_row_groups))
+    return spans
+
+
+def iter_unit(unit: WorkUnit, policy: RecordPolicy, *, text_unit: str = "file") -> Iterator[Document | Reject]:
+    """Every record of a unit, in order, as a Document or a Reject. Read errors become a final Reject."""
+    offset = unit.start
+    try:
+        if unit.format == "parquet":
+            yield from _iter_parquet(unit, policy)
+            return
+        with open_decompressed(unit.path, unit.compression) as f:
+            if unit.format == "text" and text_unit == "file":
+                yield parse_text_record(f.read(), source=unit.path, offset=0, line=1, policy=policy)
+                return
+            parse = parse_json_record if unit.format == "jsonl" else parse_text_record
+            for offset, line_no, raw in _iter_lines(f, unit.start, unit.end):
+                yield parse(raw, source=unit.path, offset=offset, line=line_no, policy=policy)
+    except (OSError, EOFError, ValueError) as e:  # truncated/corrupt gzip, bz2, zstd; unreadable file
+        yield Reject(source=unit.path, offset=offset, reason=UNREADABLE_INPUT, detail=f"{type(e).__name__}: {e}")
+
+
+def _iter_lines(f: io.BufferedIOBase, start: int, end: int | None) -> Iterator[tuple[int, int | None, bytes]]:
+    pos = start
+    if start > 0:
+        f.seek(start - 1)
+        pos = start - 1 + len(f.readline())  # skip the line that began in the previous range
+    line_no = 1 if start == 0 else None
+    while end is None or pos < end:
+        raw = f.readline()
+        if not raw:
+            break
+        record_at = pos
+        pos += len(raw)
+        if raw.endswith(b"\n"):
+            raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+        yield record_at, line_no, raw
+        if line_no is not None:
+            line_no += 1
+
+
+def _iter_parquet(unit: WorkUnit, policy: RecordPolicy) -> Iterator[Document | Reject]:
+    import pyarrow.parquet as pq
+
+    top = policy.text_field.split(".")[0]
+    cols = [top] + ([policy.id_field.split(".")[0]] if policy.id_field else [])
+    with open_raw(unit.path) as fh:
+        pf = pq.ParquetFile(fh)
+        names = set(pf.schema_arrow.names)
+        cols = [c for c in dict.fromkeys(cols) if c in names]
+        row = sum(pf.metadata.row_group(i).num_rows for i in range(unit.start))
+        for rg in range(unit.start, unit.end if unit.end is not None else pf.metadata.num_row_groups):
+            for obj in pf.read_row_group(rg, columns=cols).to_pylist():
+                yield parse_object(obj, where={"source": unit.path, "offset": row, "line": None}, policy=policy)
+                row += 1
+
+
+def iter_documents(
+    path: str, policy: RecordPolicy | None = None, *, text_unit: str = "file"
+) -> Iterator[Document | Reject]:
+    """All records of one local or remote file (no splitting)."""
+    fmt, comp = detect(path)
+    unit = WorkUnit(0, 0, path, fmt, comp, 0, None)
+    yield from iter_unit(unit, policy or RecordPolicy(), text_unit=text_unit)
+
+
+def file_info(path: str) -> FileInfo:
+    fmt, comp = detect(path)
+    if "://" in path:
+        from apache_beam.io.filesystems import FileSystems
+
+        meta = FileSystems.match([path])[0].metadata_list[0]
+        return FileInfo(path, meta.size_in_bytes, getattr(meta, "last_updated_in_seconds", None), fmt, comp)
+    st = os.stat(path)
+    return FileInfo(path, st.st_size, st.st_mtime, fmt, comp)

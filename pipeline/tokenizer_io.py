@@ -1,0 +1,113 @@
+"""Train, save and load the tokenizer artifact directory (schemas/tokenizer_artifact.py).
+
+Saving writes into a temporary sibling directory and renames it into place, so a
+crash never leaves a half-written artifact. Loading needs no network: the rank
+file is inside the directory and its sha256 is checked against tokenizer.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import tiktoken
+
+import hbpe
+from pipeline import first_stage, merge_kernels
+from pipeline.hbpe_merges import patch_of
+from pipeline.hbpe_train import vocabulary_tokens
+from pipeline.tokenizer import HierarchicalTokenizer
+from schemas.canonical import pretty_json, sha256_hex
+from schemas.errors import ArtifactError
+from schemas.tokenizer_artifact import (
+    RANK_FILENAME,
+    SPEC_FILENAME,
+    FirstStageSpec,
+    SecondStageSpec,
+    TokenizerSpec,
+)
+
+
+def first_stage_spec(enc: tiktoken.Encoding, rank_bytes: bytes) -> FirstStageSpec:
+    return FirstStageSpec(
+        name=enc.name,
+        pattern=enc._pat_str,
+        special_tokens=dict(enc._special_tokens),
+        rank_file_sha256=sha256_hex(rank_bytes),
+        n_vocab=enc.n_vocab,
+    )
+
+
+def train_tokenizer(
+    encoding: str | tiktoken.Encoding, *, max_patch_size: int, mode: str = "full", pattern: str | None = None
+) -> HierarchicalTokenizer:
+    """Second-stage training (Algorithm 1) over a first-stage encoding's vocabulary."""
+    enc = first_stage.load_encoding(encoding, pattern=pattern) if isinstance(encoding, str) else encoding
+    rank_bytes = first_stage.format_rank_file(enc._mergeable_ranks)
+    merges = merge_kernels.train_merges([patch_of(tok) for _, tok in vocabulary_tokens(enc)], max_patch_size)
+    spec = TokenizerSpec(
+        first_stage=first_stage_spec(enc, rank_bytes),
+        second_stage=SecondStageSpec(max_patch_size=max_patch_size, mode=mode, merges=tuple(merges)),
+        hbpe_version=hbpe.__version__,
+    )
+    return HierarchicalTokenizer(enc, spec)
+
+
+def with_patch_size(tok: HierarchicalTokenizer, *, max_patch_size: int, mode: str) -> HierarchicalTokenizer:
+    """The same first stage with a second stage retrained for another S or mode."""
+    if (max_patch_size, mode) == (tok.max_patch_size, tok.mode):
+        return tok
+    return train_tokenizer(tok.encoding, max_patch_size=max_patch_size, mode=mode)
+
+
+def save(tok: HierarchicalTokenizer, out_dir: str | os.PathLike, *, overwrite: bool = False) -> Path:
+    """Write the artifact directory atomically (temp dir + rename)."""
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise ArtifactError(f"{out} exists and is not empty; pass --overwrite (overwrite=True) to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        (tmp / RANK_FILENAME).write_bytes(first_stage.format_rank_file(tok.encoding._mergeable_ranks))
+        (tmp / SPEC_FILENAME).write_text(pretty_json(tok.spec.to_dict()))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def load_spec(path: str | os.PathLike) -> TokenizerSpec:
+    spec_path = Path(path) / SPEC_FILENAME
+    if not spec_path.is_file():
+        raise ArtifactError(
+            f"{spec_path} not found: {path} is not a tokenizer directory (create one with `hbpe tokenizer train`)"
+        )
+    try:
+        raw = json.loads(spec_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{spec_path}: not valid JSON ({e}); restore or retrain the tokenizer") from e
+    return TokenizerSpec.from_dict(raw, source=str(spec_path))
+
+
+def load(path: str | os.PathLike) -> HierarchicalTokenizer:
+    """Load and verify an artifact directory: version, fingerprint, rank-file hash."""
+    spec = load_spec(path)
+    fs = spec.first_stage
+    rank_path = Path(path) / fs.rank_file
+    if not rank_path.is_file():
+        raise ArtifactError(f"{rank_path} is missing: the tokenizer directory is incomplete; copy it whole or retrain")
+    data = rank_path.read_bytes()
+    if sha256_hex(data) != fs.rank_file_sha256:
+        raise ArtifactError(
+            f"{rank_path} was altered: its sha256 {sha256_hex(data)[:16]}... differs from tokenizer.json's "
+            f"{fs.rank_file_sha256[:16]}...; restore the original file or retrain"
+        )
+    ranks = first_stage.parse_rank_file(data, source=str(rank_path))
+    enc = tiktoken.Encoding(name=fs.name, pat_str=fs.pattern, mergeable_ranks=ranks, special_tokens=fs.special_tokens)
+    return HierarchicalTokenizer(enc, spec)

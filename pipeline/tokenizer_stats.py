@@ -1,0 +1,75 @@
+"""Corpus statistics of a tokenizer: bytes per token, symbols per patch, fertility."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from pipeline.corpus_files import iter_documents
+from pipeline.documents import Document, RecordPolicy
+from pipeline.tokenizer import HierarchicalTokenizer
+
+
+@dataclass
+class CorpusStats:
+    documents: int = 0
+    rejected: int = 0
+    bytes: int = 0
+    words: int = 0
+    tokens: int = 0
+    symbols: int = 0  # real symbols of all patches, EOP included, PAD excluded
+    patch_length_histogram: dict[int, int] = field(default_factory=dict)
+    reject_reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.bytes / max(self.tokens, 1)
+
+    @property
+    def symbols_per_patch(self) -> float:
+        return self.symbols / max(self.tokens, 1)
+
+    @property
+    def fertility(self) -> float:
+        """First-stage tokens per whitespace-separated word."""
+        return self.tokens / max(self.words, 1)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["patch_length_histogram"] = {str(k): v for k, v in sorted(self.patch_length_histogram.items())}
+        d.update(
+            bytes_per_token=self.bytes_per_token, symbols_per_patch=self.symbols_per_patch, fertility=self.fertility
+        )
+        return d
+
+
+def read_texts(paths: Iterable[str], policy: RecordPolicy | None = None) -> tuple[list[str], Counter]:
+    """Accepted document texts of the given files, plus reject counts by reason."""
+    texts, rejects = [], Counter()
+    for path in paths:
+        for rec in iter_documents(path, policy):
+            if isinstance(rec, Document):
+                texts.append(rec.text)
+            else:
+                rejects[rec.reason] += 1
+    return texts, rejects
+
+
+def corpus_stats(tok: HierarchicalTokenizer, texts: list[str], *, batch: int = 256) -> CorpusStats:
+    st = CorpusStats(documents=len(texts))
+    hist = np.zeros(tok.max_patch_size + 1, dtype=np.int64)
+    for i in range(0, len(texts), batch):
+        chunk = texts[i : i + batch]
+        for ids in tok.encoding.encode_ordinary_batch(chunk, num_threads=2):
+            lengths = tok.patch_lengths[np.asarray(ids, dtype=np.int64)]
+            hist += np.bincount(lengths, minlength=tok.max_patch_size + 1)
+            st.tokens += len(ids)
+            st.symbols += int(lengths.sum())
+        for t in chunk:
+            st.bytes += len(t.encode("utf-8"))
+            st.words += len(t.split())
+    st.patch_length_histogram = {k: int(v) for k, v in enumerate(hist) if v}
+    return st

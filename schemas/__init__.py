@@ -1,0 +1,1 @@
+"""Contracts shared by the pipeline and the trainer: light imports only (stdlib + numpy)."""

@@ -1,0 +1,1 @@
+"""Shards -> models: the hierarchical patch LM, data, Composer training, eval, generation."""
