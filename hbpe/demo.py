@@ -23,7 +23,9 @@ def run_demo(out: Path, *, encoding: str = "gpt2", max_patch_size: int = 10) -> 
     t = time.perf_counter()
     tok = tokenizer_io.train_tokenizer(encoding, max_patch_size=max_patch_size)
     tok_dir = tokenizer_io.save(tok, out / "tokenizer", overwrite=True)
-    click.echo(f"[1] tokenizer: {encoding} + hierarchical BPE S={max_patch_size}: {len(tok.merges)} merges, V'={tok.vocab_size} ({time.perf_counter() - t:.1f}s) -> {tok_dir}")
+    click.echo(
+        f"[1] tokenizer: {encoding} + hierarchical BPE S={max_patch_size}: {len(tok.merges)} merges, V'={tok.vocab_size} ({time.perf_counter() - t:.1f}s) -> {tok_dir}"
+    )
 
     texts, _ = read_texts([str(SAMPLE)])
     ok = all(tok.decode_patches(tok.encode_patches(t)[1]) == t for t in texts)

@@ -86,10 +86,51 @@ def open_decompressed(path: str, compression: str | None) -> io.BufferedIOBase:
     if compression == "bzip2":
         return bz2.BZ2File(raw)
     if compression == "zstd":
+        return io.BufferedReader(_ZstdReader(raw), buffer_size=1 << 20)
+    return raw if isinstance(raw, io.BufferedIOBase) else io.BufferedReader(raw)
+
+
+class _ZstdReader(io.RawIOBase):
+    """Multi-frame zstd decompression that raises on a truncated stream.
+
+    zstandard's stream_reader returns a silent EOF when the last frame is cut
+    short; a corpus converter must report that file as unreadable instead.
+    """
+
+    def __init__(self, raw: io.IOBase) -> None:
         import zstandard
 
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True))
-    return raw if isinstance(raw, io.BufferedIOBase) else io.BufferedReader(raw)
+        self._zstd = zstandard
+        self._raw, self._dobj, self._buf = raw, zstandard.ZstdDecompressor().decompressobj(), b""
+        self._in_frame = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while not self._buf:
+            chunk = self._raw.read(1 << 20)
+            if not chunk:
+                if self._in_frame:
+                    raise EOFError("truncated zstd stream: the last frame is incomplete")
+                return 0
+            while chunk:
+                self._in_frame = True
+                self._buf += self._dobj.decompress(chunk)
+                if self._dobj.eof:
+                    chunk = self._dobj.unused_data
+                    self._dobj = self._zstd.ZstdDecompressor().decompressobj()
+                    self._in_frame = False
+                else:
+                    chunk = b""
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def plan_units(files: list[FileInfo], *, split_bytes: int, text_unit: str = "file") -> list[WorkUnit]:

@@ -128,8 +128,8 @@ def parse_object(obj: Any, *, where: dict[str, Any], policy: RecordPolicy) -> Do
         if found and doc_id is not None:
             where = {**where, "doc_id": str(doc_id)}
     found, text = get_dotted(obj, policy.text_field)
-    if not found:
-        return Reject(reason=MISSING_TEXT_FIELD, detail=f"no field {policy.text_field!r}", **where)
+    if not found or text is None:  # null counts as missing (Parquet structs fill absent fields with null)
+        return Reject(reason=MISSING_TEXT_FIELD, detail=f"no field {policy.text_field!r} (or null)", **where)
     if not isinstance(text, str):
         return Reject(reason=NON_STRING_TEXT, detail=f"field {policy.text_field!r} is a {type(text).__name__}", **where)
     return _check_text(text, where, policy)

@@ -1,0 +1,76 @@
+"""`hbpe bench convert`: the pipeline's throughput next to raw tiktoken, same text, same cores."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import tempfile
+import time
+
+from pipeline import tokenizer_io
+from pipeline.beam.convert import run_convert
+from pipeline.tokenizer_stats import read_texts
+from schemas.convert_config import ConvertConfig
+
+
+def _write_scaled(texts: list[str], scale: int, path: str) -> None:
+    import json
+
+    with open(path, "w", encoding="utf-8") as f:
+        for k in range(scale):
+            for i, t in enumerate(texts):
+                f.write(json.dumps({"id": f"{k}-{i}", "text": t}, ensure_ascii=False) + "\n")
+
+
+def bench_convert(
+    tokenizer_dir: str,
+    corpus: str,
+    *,
+    scale: int = 1,
+    seq_len: int = 1024,
+    split_bytes: int = 16 << 20,
+    pipeline_args: list[str] | None = None,
+) -> dict:
+    texts, _ = read_texts([corpus])
+    tok = tokenizer_io.load(tokenizer_dir)
+    threads = os.cpu_count() or 1
+    work = tempfile.mkdtemp(prefix="hbpe-bench-")
+    try:
+        src = os.path.join(work, "corpus.jsonl")  # uncompressed, so the pipeline can split it by byte ranges
+        _write_scaled(texts, scale, src)
+        mb = sum(len(t.encode("utf-8")) for t in texts) * scale / 1e6
+
+        t = time.perf_counter()
+        for _ in range(scale):
+            tok.encoding.encode_ordinary_batch(texts, num_threads=threads)
+        tiktoken_s = time.perf_counter() - t
+
+        cfg = ConvertConfig(
+            inputs=(src,),
+            output=os.path.join(work, "out"),
+            tokenizer=tokenizer_dir,
+            seq_len=seq_len,
+            split_bytes=split_bytes,
+        )
+        units: list = []
+        t = time.perf_counter()
+        m = run_convert(cfg, pipeline_args, progress=False, on_start=units.extend)
+        pipeline_s = time.perf_counter() - t
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "corpus_mb": mb,
+        "documents": len(texts) * scale,
+        "units": len(units),
+        "workers": threads,
+        "threads": threads,
+        "tiktoken_s": tiktoken_s,
+        "pipeline_s": pipeline_s,
+        "tiktoken_mb_per_s": mb / tiktoken_s,
+        "pipeline_mb_per_s": mb / pipeline_s,
+        "ratio": tiktoken_s / pipeline_s,
+        "peak_rss_mb_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb_workers": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        "samples": m["counts"]["samples"],
+    }

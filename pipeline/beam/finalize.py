@@ -1,0 +1,108 @@
+"""FinalizeOutput: commit the staged shards, then index.json, manifest, rejects and COMPLETED.
+
+Runs once, after every shard is written. Until it finishes, the output holds no
+COMPLETED marker, and readers (`hbpe shards ...`, the trainer) refuse it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+import hbpe
+from pipeline.beam import fs
+from pipeline.beam.encode import UnitSummary, unit_rejects_path
+from pipeline.beam.shards import ShardPlan, read_pieces
+from schemas import shard_columns
+from schemas.canonical import pretty_json
+from schemas.errors import HbpeError
+from schemas.manifest import Counts, Manifest, derived_statistics
+from schemas.tokenizer_artifact import TokenizerSpec
+
+
+@dataclass(frozen=True)
+class FinalizeContext:
+    output: str
+    staging: str
+    config: dict
+    inputs: list[dict]
+    tokenizer_spec: dict
+    started_at: float
+
+
+def sum_counts(units: list[UnitSummary], plan: ShardPlan) -> tuple[Counts, list[int]]:
+    c = Counts()
+    hist = np.zeros(max((len(u.histogram) for u in units), default=1), dtype=np.int64)
+    for u in units:
+        c.documents_read += u.documents_read
+        c.documents_written += u.documents_written
+        c.documents_rejected += u.documents_rejected
+        for r, n in u.rejected_by_reason.items():
+            c.rejected_by_reason[r] = c.rejected_by_reason.get(r, 0) + n
+        c.bytes += u.bytes
+        c.words += u.words
+        c.tokens += u.tokens
+        c.symbols += u.symbols
+        hist[: len(u.histogram)] += u.histogram
+    c.rejected_by_reason = dict(sorted(c.rejected_by_reason.items()))
+    c.patches = plan.total_patches
+    c.samples = plan.samples
+    c.tail_patches_dropped = plan.tail_dropped
+    c.tail_patches_padded = plan.tail_padded
+    return c, hist.tolist()
+
+
+def finalize_output(
+    entries: list[tuple[int, dict]], *, ctx: FinalizeContext, units: list[UnitSummary], plan: ShardPlan
+) -> dict:
+    units = sorted(units, key=lambda u: u.index)
+    entries = sorted(entries, key=lambda e: e[0])
+    if [i for i, _ in entries] != list(range(len(plan.tasks))):
+        raise HbpeError(f"internal: expected {len(plan.tasks)} shards, got indices {[i for i, _ in entries][:10]}...")
+    counts, hist = sum_counts(units, plan)
+    counts.tail_tokens_dropped = int((read_pieces(ctx.staging, plan.tail_pieces) >= 0).sum())
+    if not counts.balanced():
+        raise HbpeError(
+            f"accounting failed: documents_read={counts.documents_read} != written {counts.documents_written} "
+            f"+ rejected {counts.documents_rejected}"
+        )
+    spec = TokenizerSpec.from_dict(ctx.tokenizer_spec)
+    names = [shard_columns.shard_basename(i) for i, _ in entries]
+
+    # 1. shards into place (each rename is atomic; nothing reads them before COMPLETED)
+    for name in names:
+        fs.rename(fs.join(ctx.staging, "shards", name), fs.join(ctx.output, name))
+    # 2. the plain MDS index, written the way MDSWriter writes it
+    index = {"version": 2, "shards": [e for _, e in entries]}
+    fs.write_atomic(fs.join(ctx.output, shard_columns.INDEX_FILENAME), json.dumps(index, sort_keys=True).encode())
+    # 3. rejects, concatenated in unit (= input) order
+    rejects = b"".join(fs.read_bytes(unit_rejects_path(ctx.staging, u.index)) for u in units)
+    fs.write_atomic(fs.join(ctx.output, shard_columns.REJECTS_DIRNAME, "rejects.jsonl"), rejects)
+    # 4. a copy of the tokenizer, so the shards are self-describing
+    fs.copy_dir_to(
+        fs.localize_dir(fs.join(ctx.staging, "tokenizer"), ["tokenizer.json", "first_stage.tiktoken"]),
+        fs.join(ctx.output, shard_columns.TOKENIZER_DIRNAME),
+    )
+    manifest = Manifest(
+        hbpe_version=hbpe.__version__,
+        shard_schema_version=shard_columns.SHARD_SCHEMA_VERSION,
+        tokenizer_fingerprint=spec.fingerprint,
+        first_stage_fingerprint=spec.first_stage.fingerprint,
+        max_patch_size=spec.second_stage.max_patch_size,
+        mode=spec.second_stage.mode,
+        seq_len=ctx.config["seq_len"],
+        config=ctx.config,
+        inputs=ctx.inputs,
+        counts=counts,
+        statistics=derived_statistics(counts, hist),
+        shards=names,
+        timing={"wall_time_s": round(time.time() - ctx.started_at, 3)},
+    )
+    fs.write_atomic(fs.join(ctx.output, shard_columns.MANIFEST_FILENAME), pretty_json(manifest.to_dict()).encode())
+    # 5. the commit marker, last
+    fs.write_atomic(fs.join(ctx.output, shard_columns.COMPLETED_FILENAME), b"")
+    fs.delete_tree(ctx.staging)
+    return manifest.to_dict()

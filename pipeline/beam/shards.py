@@ -1,0 +1,147 @@
+"""PlanShards and WriteMdsShards: the global patch stream -> fixed-size samples -> MDS shards.
+
+The stream is the concatenation of the unit streams in unit order (files sorted,
+documents in file order). Sample k covers stream positions [kN, (k+1)N); shard j
+holds samples [jM, (j+1)M). Once every unit's length is known, each shard knows
+exactly which byte ranges of which unit files it needs, so shards are written in
+parallel and deterministically.
+
+Each shard is written by streaming's own MDSWriter (so the format is exactly
+MDS), then renamed to its global name; its index entry is renamed to match.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from pipeline.beam import fs
+from pipeline.beam.encode import UnitSummary, unit_stream_path
+from schemas import shard_columns
+from schemas.symbols import TOKEN_PAD
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    index: int
+    first_sample: int
+    num_samples: int
+    pieces: tuple[tuple[int, int, int], ...]  # (unit index, start, end) in the unit's stream
+    pad: int  # TOKEN_PAD patches appended at the end (tail padding, last shard only)
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    tasks: tuple[ShardTask, ...]
+    total_patches: int
+    samples: int
+    tail_dropped: int  # stream positions dropped by --tail drop
+    tail_padded: int  # PAD patches added by --tail pad
+    tail_pieces: tuple[tuple[int, int, int], ...] = ()  # where the dropped tail lies
+
+
+def _pieces(units: list[UnitSummary], starts: np.ndarray, lo: int, hi: int) -> tuple[tuple[int, int, int], ...]:
+    out = []
+    for k, u in enumerate(units):
+        a, b = max(lo, starts[k]), min(hi, starts[k + 1])
+        if a < b:
+            out.append((u.index, int(a - starts[k]), int(b - starts[k])))
+    return tuple(out)
+
+
+def read_pieces(staging: str, pieces: tuple[tuple[int, int, int], ...]) -> np.ndarray:
+    """Concatenate [start, end) slices of unit stream files."""
+    parts = [
+        np.frombuffer(fs.read_range(unit_stream_path(staging, u), 4 * a, 4 * (b - a)), dtype=np.int32)
+        for u, a, b in pieces
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+def plan_shards(units: list[UnitSummary], *, seq_len: int, samples_per_shard: int, tail: str) -> ShardPlan:
+    units = sorted(units, key=lambda u: u.index)
+    total = sum(u.stream_patches for u in units)
+    full, rest = divmod(total, seq_len)
+    samples = full + (1 if tail == "pad" and rest else 0)
+    padded = (seq_len - rest) if tail == "pad" and rest else 0
+    dropped = rest if tail == "drop" else 0
+    starts = np.cumsum([0] + [u.stream_patches for u in units])
+    tasks = []
+    for j, first in enumerate(range(0, samples, samples_per_shard)):
+        n = min(samples_per_shard, samples - first)
+        lo, hi = first * seq_len, min((first + n) * seq_len, total)
+        pad = (first + n) * seq_len - hi
+        tasks.append(ShardTask(j, first, n, _pieces(units, starts, lo, hi), int(pad)))
+    tail = _pieces(units, starts, total - dropped, total) if dropped else ()
+    return ShardPlan(tuple(tasks), int(total), samples, int(dropped), int(padded), tail)
+
+
+def build_samples(
+    stream: np.ndarray, table: np.ndarray, token_nbytes: np.ndarray, seq_len: int
+) -> dict[str, np.ndarray]:
+    """(samples*N,) int32 stream -> tokens (B, N), patches (B, N, S), num_bytes (B,)."""
+    tokens = stream.reshape(-1, seq_len)
+    patches = np.take(table, tokens, axis=0)  # (B, N, S)
+    num_bytes = np.take(token_nbytes, tokens, axis=0).sum(axis=1, dtype=np.int64)
+    return {"tokens": tokens, "patches": patches, "num_bytes": num_bytes}
+
+
+class _WriteShardFn(beam.DoFn):
+    def __init__(self, tokenizer_dir: str, staging: str, seq_len: int) -> None:
+        self.tokenizer_dir, self.staging, self.seq_len = tokenizer_dir, staging, seq_len
+        self.shards_written = Metrics.counter("hbpe", "shards_written")
+        self.samples_written = Metrics.counter("hbpe", "samples_written")
+
+    def setup(self) -> None:
+        from pipeline import tokenizer_io
+        from schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAME
+
+        self.tok = tokenizer_io.load(fs.localize_dir(self.tokenizer_dir, [SPEC_FILENAME, RANK_FILENAME]))
+
+    def process(self, task: ShardTask):
+        from streaming import MDSWriter
+
+        stream = np.concatenate([read_pieces(self.staging, task.pieces), np.full(task.pad, TOKEN_PAD, dtype=np.int32)])
+        cols = build_samples(stream, self.tok.table, self.tok.token_nbytes, self.seq_len)
+        name = shard_columns.shard_basename(task.index)
+        with tempfile.TemporaryDirectory(prefix="hbpe-shard-") as tmp:
+            out = os.path.join(tmp, "mds")
+            with MDSWriter(
+                out=out,
+                columns=shard_columns.mds_columns(self.seq_len, self.tok.max_patch_size),
+                compression=shard_columns.COMPRESSION,
+                hashes=list(shard_columns.HASHES),
+                size_limit=None,  # one MDS shard per task: our plan fixes the shard boundaries
+            ) as writer:
+                for i in range(task.num_samples):
+                    writer.write({k: v[i] for k, v in cols.items()})
+            index = json.loads(open(os.path.join(out, shard_columns.INDEX_FILENAME)).read())
+            (entry,) = index["shards"]
+            written = os.path.join(out, entry["zip_data"]["basename"])
+            fs.write_atomic(fs.join(self.staging, "shards", name), open(written, "rb").read())
+        entry["zip_data"]["basename"] = name
+        entry["raw_data"]["basename"] = name[: -len(".zstd")]
+        self.shards_written.inc()
+        self.samples_written.inc(task.num_samples)
+        yield task.index, entry
+
+
+class WriteMdsShards(beam.PTransform):
+    """PCollection[ShardTask] -> PCollection[(shard index, MDS index entry)]."""
+
+    def __init__(self, tokenizer_dir: str, staging: str, seq_len: int) -> None:
+        super().__init__()
+        self._fn = _WriteShardFn(tokenizer_dir, staging, seq_len)
+
+    def expand(self, tasks):
+        return (
+            tasks
+            | "SpreadShards" >> beam.Reshuffle()  # (ShardTask,) spread over workers
+            | "WriteShard" >> beam.ParDo(self._fn)  # (index, entry)
+        )

@@ -1,0 +1,55 @@
+"""Configuration of one `hbpe convert` run (recorded whole in the manifest)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from schemas.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ConvertConfig:
+    inputs: tuple[str, ...]
+    output: str
+    tokenizer: str
+    seq_len: int = 1024  # N: patches per sample
+    text_field: str = "text"
+    id_field: str | None = "id"
+    tail: str = "drop"  # "drop" the last partial sample (counted) or "pad" it with PAD
+    invalid_utf8: str = "reject"  # or "replace"
+    max_doc_bytes: int | None = None
+    text_unit: str = "file"  # .txt files: one document per "file" or per "line"
+    split_bytes: int = 64 << 20  # large uncompressed line files are cut into ranges of this size
+    shard_bytes: int = 64 << 20  # target uncompressed shard size; fixes samples per shard
+    encode_batch_docs: int = 256
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            raise ConfigError("no --input given: pass at least one file, directory glob or URI")
+        if self.seq_len < 1:
+            raise ConfigError(f"seq_len must be >= 1, got {self.seq_len}")
+        if self.tail not in ("drop", "pad"):
+            raise ConfigError(f"tail must be 'drop' or 'pad', got {self.tail!r}")
+        if self.invalid_utf8 not in ("reject", "replace"):
+            raise ConfigError(f"invalid_utf8 must be 'reject' or 'replace', got {self.invalid_utf8!r}")
+        if self.text_unit not in ("file", "line"):
+            raise ConfigError(f"text_unit must be 'file' or 'line', got {self.text_unit!r}")
+        if self.split_bytes < 1 << 16:
+            raise ConfigError(f"split_bytes must be >= 65536, got {self.split_bytes}")
+        if self.max_doc_bytes is not None and self.max_doc_bytes < 1:
+            raise ConfigError(f"max_doc_bytes must be >= 1, got {self.max_doc_bytes}")
+
+    def samples_per_shard(self, max_patch_size: int) -> int:
+        per_sample = self.seq_len * (4 + 2 * max_patch_size) + 8
+        return max(1, self.shard_bytes // per_sample)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["inputs"] = list(self.inputs)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ConvertConfig:
+        return cls(**{**d, "inputs": tuple(d["inputs"])})

@@ -1,0 +1,39 @@
+import apache_beam as beam
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipeline.beam.encode import EncodeUnits, UnitSummary
+from pipeline.beam.shards import plan_shards
+from pipeline.corpus_files import WorkUnit
+from pipeline.documents import RecordPolicy
+
+
+def test_plan_shards_drop_and_pad():
+    units = [UnitSummary(index=0, stream_patches=7), UnitSummary(index=1, stream_patches=6)]
+    drop = plan_shards(units, seq_len=4, samples_per_shard=2, tail="drop")
+    assert (drop.samples, drop.tail_dropped, drop.tail_padded) == (3, 1, 0)
+    assert [(t.index, t.first_sample, t.num_samples, t.pieces, t.pad) for t in drop.tasks] == [
+        (0, 0, 2, ((0, 0, 7), (1, 0, 1)), 0),
+        (1, 2, 1, ((1, 1, 5),), 0),
+    ]
+    assert drop.tail_pieces == ((1, 5, 6),)
+    pad = plan_shards(units, seq_len=4, samples_per_shard=2, tail="pad")
+    assert (pad.samples, pad.tail_dropped, pad.tail_padded) == (4, 0, 3)
+    assert [(t.pieces, t.pad) for t in pad.tasks] == [(((0, 0, 7), (1, 0, 1)), 0), (((1, 1, 6),), 3)]
+
+
+def test_encode_units_counts(tmp_path, gpt2_tokenizer_dir):
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"text": "hello world"}\n{"text": ""}\n{"text": "bye"}\n')
+    staging = str(tmp_path / "staging")
+    unit = WorkUnit(0, 0, str(src), "jsonl", None, 0, None)
+    with BeamTestPipeline() as p:
+        out = (
+            p
+            | beam.Create([unit])
+            | EncodeUnits(str(gpt2_tokenizer_dir), staging, RecordPolicy(), "file", 256)
+            | beam.Map(
+                lambda s: (s.documents_read, s.documents_written, s.rejected_by_reason, s.tokens, s.stream_patches)
+            )
+        )
+        assert_that(out, equal_to([(3, 2, {"empty_text": 1}, 3, 5)]))
