@@ -36,6 +36,10 @@ def _emit(obj: Any, as_json: bool, render: Callable[[Any], str]) -> None:
 @click.version_option(hbpe.__version__, prog_name="hbpe")
 def main() -> None:
     """hbpe: hierarchical BPE tokenizers, MDS shards, and hierarchical patch LMs."""
+    import logging
+
+    # Beam logs every worker start at INFO/WARNING; our own progress line and summary say what matters
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)
 
 
 @main.command("demo")

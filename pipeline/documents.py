@@ -143,3 +143,28 @@ def parse_text_record(
     if s is None:
         return Reject(reason=INVALID_UTF8, detail=why, **where)
     return _check_text(s, where, policy)
+
+
+def count_words(data: bytes) -> int:
+    """Whitespace-separated words (ASCII whitespace), from UTF-8 bytes: fertility's denominator.
+
+    A word starts wherever a non-space byte follows a space byte (or the start).
+    Vectorized because `str.split()` cost ~1 s per 100 MB on the conversion's hot path.
+    """
+    import numpy as np
+
+    if not data:
+        return 0
+    nonspace = _NONSPACE_TABLE[np.frombuffer(data, dtype=np.uint8)]
+    return int(nonspace[0]) + int(np.count_nonzero(nonspace[1:] & ~nonspace[:-1]))
+
+
+def _nonspace_table():
+    import numpy as np
+
+    t = np.ones(256, dtype=bool)
+    t[list(b" \t\n\r\x0b\x0c")] = False
+    return t
+
+
+_NONSPACE_TABLE = _nonspace_table()

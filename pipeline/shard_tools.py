@@ -8,6 +8,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from pipeline import mds_format
 from pipeline.shard_reader import ShardDir
 from schemas import shard_columns
 from schemas.symbols import EOD, PAD
@@ -58,8 +59,6 @@ def inspect(sd: ShardDir, *, samples: int = 2, chars: int = 240) -> dict[str, An
 
 def verify(sd: ShardDir) -> list[str]:
     """Every problem found (empty when the directory is consistent)."""
-    from streaming.base.hashing import get_hash
-
     problems: list[str] = []
     m, tok = sd.manifest, sd.tokenizer
     names = [e["zip_data"]["basename"] for e in sd.shard_entries]
@@ -75,22 +74,25 @@ def verify(sd: ShardDir) -> list[str]:
             problems.append(f"{name}: missing")
             continue
         data = path.read_bytes()
-        bad = [a for a, h in e["zip_data"]["hashes"].items() if get_hash(a, data) != h]
-        if bad or len(data) != e["zip_data"]["bytes"]:
-            problems.append(f"{name}: {'/'.join(bad) or 'size'} does not match index.json (corrupted or replaced)")
+        bad = mds_format.verify_hashes(data, e["zip_data"])
+        if bad:
+            problems.append(f"{name}: {'/'.join(bad)} does not match index.json (corrupted or replaced)")
             continue
-        raw = sd.read_raw(e)
-        if any(get_hash(a, raw) != h for a, h in e["raw_data"]["hashes"].items()):
+        raw = mds_format.decompress(data)
+        if mds_format.verify_hashes(raw, e["raw_data"]):
             problems.append(f"{name}: decompressed data does not match index.json")
             continue
-        for i, s in enumerate(sd.iter_samples(e, raw)):
-            tokens = s["tokens"]
-            if not np.array_equal(s["patches"], tok.patches(tokens)):
-                problems.append(f"{name} sample {i}: patches differ from the tokenizer applied to tokens")
-            if int(s["num_bytes"]) != tok.nbytes(tokens):
-                problems.append(f"{name} sample {i}: num_bytes {int(s['num_bytes'])} != {tok.nbytes(tokens)}")
-            text_tokens += int((tokens >= 0).sum())
-            eods += int((tokens == -1).sum())
+        cols = sd.read_columns(e, raw)
+        tokens = cols["tokens"]
+        wrong = np.flatnonzero((cols["patches"] != tok.patches(tokens)).any(axis=(1, 2)))
+        problems += [f"{name} sample {i}: patches differ from the tokenizer applied to tokens" for i in wrong[:5]]
+        nbytes = np.take(tok.token_nbytes, tokens, axis=0).sum(axis=1)
+        problems += [
+            f"{name} sample {i}: num_bytes {cols['num_bytes'][i]} != {nbytes[i]}"
+            for i in np.flatnonzero(nbytes != cols["num_bytes"])[:5]
+        ]
+        text_tokens += int((tokens >= 0).sum())
+        eods += int((tokens == -1).sum())
         n_samples += e["samples"]
     c = m.counts
     if n_samples != c.samples:

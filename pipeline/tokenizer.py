@@ -32,7 +32,7 @@ from schemas.symbols import EOD, EOP, FIRST_MERGE_ID, NUM_BYTES, PAD, TOKEN_EOD,
 from schemas.tokenizer_artifact import TokenizerSpec
 
 
-def _as_int32(ids: list[int]) -> np.ndarray:
+def as_int32(ids: list[int]) -> np.ndarray:
     # array.array converts a list of ints in C, about twice as fast as np.asarray
     return np.frombuffer(array.array("i", ids), dtype=np.int32)
 
@@ -96,7 +96,7 @@ class HierarchicalTokenizer:
 
     def encode(self, text: str) -> np.ndarray:
         """First stage only: `encode_ordinary` (special tokens in text stay plain text)."""
-        return _as_int32(self.encoding.encode_ordinary(text))
+        return as_int32(self.encoding.encode_ordinary(text))
 
     def encode_patches_batch(self, texts: list[str], *, num_threads: int = 2) -> list[tuple[np.ndarray, np.ndarray]]:
         """(tokens, patches) for many texts, in order.

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from pipeline.corpus_files import iter_documents
-from pipeline.documents import Document, RecordPolicy
+from pipeline.documents import Document, RecordPolicy, count_words
 from pipeline.tokenizer import HierarchicalTokenizer
 
 
@@ -69,7 +69,8 @@ def corpus_stats(tok: HierarchicalTokenizer, texts: list[str], *, batch: int = 2
             st.tokens += len(ids)
             st.symbols += int(lengths.sum())
         for t in chunk:
-            st.bytes += len(t.encode("utf-8"))
-            st.words += len(t.split())
+            data = t.encode("utf-8")
+            st.bytes += len(data)
+            st.words += count_words(data)
     st.patch_length_histogram = {k: int(v) for k, v in enumerate(hist) if v}
     return st

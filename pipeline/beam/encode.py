@@ -17,7 +17,8 @@ from apache_beam.metrics import Metrics
 
 from pipeline.beam import fs
 from pipeline.corpus_files import WorkUnit, iter_unit
-from pipeline.documents import Document, RecordPolicy
+from pipeline.documents import Document, RecordPolicy, count_words
+from pipeline.tokenizer import as_int32
 from schemas.symbols import TOKEN_EOD
 
 
@@ -71,7 +72,7 @@ class _EncodeUnitFn(beam.DoFn):
 
         def flush(out: fs.AtomicWriter) -> None:
             for ids in tok.encoding.encode_ordinary_batch(batch, num_threads=2):
-                arr = np.asarray(ids, dtype=np.int32)
+                arr = as_int32(ids)
                 out.write(arr.tobytes())
                 out.write(eod.tobytes())
                 lengths = tok.patch_lengths[arr]
@@ -88,8 +89,9 @@ class _EncodeUnitFn(beam.DoFn):
                 s.documents_read += 1
                 if isinstance(rec, Document):
                     s.documents_written += 1
-                    s.bytes += len(rec.text.encode("utf-8"))
-                    s.words += len(rec.text.split())
+                    data = rec.text.encode("utf-8")
+                    s.bytes += len(data)
+                    s.words += count_words(data)
                     batch.append(rec.text)
                     if len(batch) >= self.batch_docs:
                         flush(out)

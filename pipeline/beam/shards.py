@@ -6,21 +6,19 @@ holds samples [jM, (j+1)M). Once every unit's length is known, each shard knows
 exactly which byte ranges of which unit files it needs, so shards are written in
 parallel and deterministically.
 
-Each shard is written by streaming's own MDSWriter (so the format is exactly
-MDS), then renamed to its global name; its index entry is renamed to match.
+Shards are encoded by `pipeline.mds_format` (byte-identical to streaming's
+MDSWriter, without importing streaming in every worker).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import dataclass
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
+from pipeline import mds_format
 from pipeline.beam import fs
 from pipeline.beam.encode import UnitSummary, unit_stream_path
 from schemas import shard_columns
@@ -105,28 +103,17 @@ class _WriteShardFn(beam.DoFn):
         self.tok = tokenizer_io.load(fs.localize_dir(self.tokenizer_dir, [SPEC_FILENAME, RANK_FILENAME]))
 
     def process(self, task: ShardTask):
-        from streaming import MDSWriter
-
         stream = np.concatenate([read_pieces(self.staging, task.pieces), np.full(task.pad, TOKEN_PAD, dtype=np.int32)])
         cols = build_samples(stream, self.tok.table, self.tok.token_nbytes, self.seq_len)
         name = shard_columns.shard_basename(task.index)
-        with tempfile.TemporaryDirectory(prefix="hbpe-shard-") as tmp:
-            out = os.path.join(tmp, "mds")
-            with MDSWriter(
-                out=out,
-                columns=shard_columns.mds_columns(self.seq_len, self.tok.max_patch_size),
-                compression=shard_columns.COMPRESSION,
-                hashes=list(shard_columns.HASHES),
-                size_limit=None,  # one MDS shard per task: our plan fixes the shard boundaries
-            ) as writer:
-                for i in range(task.num_samples):
-                    writer.write({k: v[i] for k, v in cols.items()})
-            index = json.loads(open(os.path.join(out, shard_columns.INDEX_FILENAME)).read())
-            (entry,) = index["shards"]
-            written = os.path.join(out, entry["zip_data"]["basename"])
-            fs.write_atomic(fs.join(self.staging, "shards", name), open(written, "rb").read())
-        entry["zip_data"]["basename"] = name
-        entry["raw_data"]["basename"] = name[: -len(".zstd")]
+        data, entry = mds_format.write_shard(
+            shard_columns.mds_columns(self.seq_len, self.tok.max_patch_size),
+            cols,
+            basename=name,
+            compression=shard_columns.COMPRESSION,
+            hashes=list(shard_columns.HASHES),
+        )
+        fs.write_atomic(fs.join(self.staging, "shards", name), data)
         self.shards_written.inc()
         self.samples_written.inc(task.num_samples)
         yield task.index, entry

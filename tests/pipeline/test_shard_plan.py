@@ -37,3 +37,33 @@ def test_encode_units_counts(tmp_path, gpt2_tokenizer_dir):
             )
         )
         assert_that(out, equal_to([(3, 2, {"empty_text": 1}, 3, 5)]))
+
+
+def test_mds_format_is_byte_identical_to_streaming_writer(tmp_path):
+    import json
+
+    import numpy as np
+    from streaming import MDSWriter
+
+    from pipeline import mds_format
+    from schemas.shard_columns import HASHES, mds_columns
+
+    rng = np.random.default_rng(0)
+    cols = mds_columns(16, 4)
+    values = {
+        "tokens": rng.integers(-2, 50000, size=(5, 16), dtype=np.int32),
+        "patches": rng.integers(0, 400, size=(5, 16, 4), dtype=np.uint16),
+        "num_bytes": rng.integers(0, 1000, size=5, dtype=np.int64),
+    }
+    with MDSWriter(
+        out=str(tmp_path / "ref"), columns=cols, compression="zstd", hashes=list(HASHES), size_limit=None
+    ) as w:
+        for i in range(5):
+            w.write({k: v[i] for k, v in values.items()})
+    (ref_entry,) = json.loads((tmp_path / "ref" / "index.json").read_text())["shards"]
+    data, entry = mds_format.write_shard(cols, values, basename="shard.00000.mds.zstd", hashes=list(HASHES))
+    assert data == (tmp_path / "ref" / "shard.00000.mds.zstd").read_bytes()
+    assert entry == ref_entry
+    back = mds_format.decode_raw_shard(mds_format.decompress(data), entry)
+    for k, v in values.items():
+        assert np.array_equal(back[k], v)
