@@ -1,0 +1,47 @@
+"""The ComposerModel: loss, BPB metric, and FLOPs for SpeedMonitor's MFU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from composer.models import ComposerModel
+
+from training.flops import train_flops_per_sample
+from training.metrics import BitsPerByte, LossPerSymbol
+from training.model import PatchLM
+from training.patch_io import IGNORE, cross_entropy_sum
+
+
+class HierarchicalComposerModel(ComposerModel):
+    def __init__(self, model: PatchLM, *, seq_len_hint: int, max_patch_size: int, vocab_size: int, n_vocab: int) -> None:
+        super().__init__()
+        self.model = model
+        self._flops_args = dict(max_patch_size=max_patch_size, vocab_size=vocab_size, n_vocab=n_vocab)
+        self.seq_len_hint = seq_len_hint
+        self.train_metrics = {"BitsPerByte": BitsPerByte(), "LossPerSymbol": LossPerSymbol()}
+        self.eval_metrics = {"BitsPerByte": BitsPerByte(), "LossPerSymbol": LossPerSymbol()}
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        logits, targets = self.model(batch)
+        nll = cross_entropy_sum(logits, targets)
+        return {"nll_sum": nll, "count": (targets != IGNORE).sum()}
+
+    def loss(self, outputs: dict[str, torch.Tensor], batch: Any) -> torch.Tensor:
+        return outputs["nll_sum"] / outputs["count"].clamp_min(1)
+
+    def eval_forward(self, batch: dict[str, torch.Tensor], outputs: Any | None = None) -> dict[str, torch.Tensor]:
+        return outputs if outputs is not None else self.forward(batch)
+
+    def get_metrics(self, is_train: bool = False) -> dict[str, Any]:
+        return self.train_metrics if is_train else self.eval_metrics
+
+    def update_metric(self, batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], metric: Any) -> None:
+        if isinstance(metric, BitsPerByte):
+            metric.update(outputs["nll_sum"], batch["target_bytes"])
+        else:
+            metric.update(outputs["nll_sum"], outputs["count"])
+
+    def flops_per_batch(self, batch: dict[str, torch.Tensor]) -> float:
+        B, N = batch["tokens"].shape
+        return B * train_flops_per_sample(self.model.cfg, seq_len=N, **self._flops_args)

@@ -1,0 +1,24 @@
+"""Entry point for Composer's launcher: `composer -n 8 -m training.launch CONFIG [key=value ...]`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from training.config_io import load_config
+from training.trainer import train
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        raise SystemExit("usage: python -m training.launch CONFIG [key=value ...]")
+    result = train(load_config(argv[0], argv[1:]))
+    from composer.utils import dist
+
+    if dist.get_global_rank() == 0:
+        print("HBPE_RESULT " + json.dumps(result, sort_keys=True), flush=True)
+
+
+if __name__ == "__main__":
+    main()

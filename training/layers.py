@@ -1,0 +1,109 @@
+"""Transformer building blocks shared by the latent and local models (plain PyTorch + SDPA).
+
+Attention takes an optional KV cache so generation advances one position at a
+time; without a cache it is ordinary (masked) self-attention.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding of x (B, H, L, Dh) at integer positions (L,)."""
+    dh = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, dh, 2, device=x.device, dtype=torch.float32) / dh))
+    ang = positions.to(torch.float32)[:, None] * inv[None, :]  # (L, Dh/2)
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+class KVCache:
+    """Keys and values of past positions for each layer of one transformer."""
+
+    def __init__(self) -> None:
+        self.k: dict[int, torch.Tensor] = {}
+        self.v: dict[int, torch.Tensor] = {}
+
+    @property
+    def length(self) -> int:
+        return next(iter(self.k.values())).shape[2] if self.k else 0
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, heads: int, theta: float, dropout: float) -> None:
+        super().__init__()
+        self.heads, self.theta, self.dropout = heads, theta, dropout
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.out = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x: torch.Tensor, *, causal: bool, key_mask: torch.Tensor | None = None, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+        B, L, D = x.shape
+        q, k, v = self.qkv(x).view(B, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)  # 3 x (B, H, L, Dh)
+        start = cache.length if cache is not None else 0
+        pos = torch.arange(start, start + L, device=x.device)
+        q, k = rope(q, pos, self.theta), rope(k, pos, self.theta)
+        if cache is not None:
+            if layer in cache.k:
+                k = torch.cat([cache.k[layer], k], dim=2)
+                v = torch.cat([cache.v[layer], v], dim=2)
+            cache.k[layer], cache.v[layer] = k, v
+        mask = None
+        if key_mask is not None:  # (B, Lk) True = attend
+            mask = key_mask[:, None, None, :]
+        if causal and (L > 1):
+            tri = torch.ones(L, k.shape[2], dtype=torch.bool, device=x.device).tril(diagonal=k.shape[2] - L)
+            mask = tri if mask is None else (mask & tri)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+        return self.out(y.transpose(1, 2).reshape(B, L, D))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: the unit FSDP wraps and activation checkpointing recomputes."""
+
+    def __init__(self, dim: int, ffn: int, heads: int, theta: float, dropout: float) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = RMSNorm(dim), RMSNorm(dim)
+        self.attn = Attention(dim, heads, theta, dropout)
+        self.mlp = SwiGLU(dim, ffn)
+
+    def forward(self, x: torch.Tensor, *, causal: bool, key_mask: torch.Tensor | None = None, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), causal=causal, key_mask=key_mask, cache=cache, layer=layer)
+        return x + self.mlp(self.norm2(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, *, layers: int, dim: int, ffn: int, heads: int, theta: float = 10000.0, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(dim, ffn, heads, theta, dropout) for _ in range(layers))
+        self.norm = RMSNorm(dim)
+
+    def forward(self, x: torch.Tensor, *, causal: bool, key_mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        for i, block in enumerate(self.blocks):
+            x = block(x, causal=causal, key_mask=key_mask, cache=cache, layer=i)
+        return self.norm(x)

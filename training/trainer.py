@@ -1,0 +1,163 @@
+"""Build and run a Composer Trainer from a TrainConfig (thin: the pieces live in their modules)."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from composer import Callback, Event, Logger, State
+
+from schemas.errors import ConfigError
+from schemas.train_config import TrainConfig
+
+
+class ThroughputMeter(Callback):
+    """Text bytes and patches per second of training (SpeedMonitor reports samples and FLOPs)."""
+
+    def __init__(self) -> None:
+        self.bytes = self.patches = self.batches = 0
+        self.seconds = 0.0
+        self._t0: float | None = None
+
+    def batch_start(self, state: State, logger: Logger) -> None:
+        self._t0 = time.perf_counter()
+
+    def batch_end(self, state: State, logger: Logger) -> None:
+        dt = time.perf_counter() - (self._t0 or time.perf_counter())
+        b = state.batch
+        nbytes, npatches = int(b["target_bytes"].sum()), int(b["tokens"][:, 1:].numel())
+        if self.batches > 0:  # the first batch pays warm-up costs
+            self.seconds += dt
+            self.bytes += nbytes
+            self.patches += npatches
+        self.batches += 1
+        if self.seconds > 0:
+            logger.log_metrics({"throughput/bytes_per_sec": self.bytes / self.seconds, "throughput/patches_per_sec": self.patches / self.seconds})
+
+    def summary(self) -> dict[str, float]:
+        s = max(self.seconds, 1e-9)
+        return {"bytes_per_sec": self.bytes / s, "patches_per_sec": self.patches / s, "timed_batches": max(self.batches - 1, 0)}
+
+
+@dataclass
+class BuiltRun:
+    trainer: Any
+    tokenizer: Any
+    meter: ThroughputMeter
+    seq_len: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _device(cfg: TrainConfig) -> str:
+    if cfg.device != "auto":
+        return cfg.device
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_tokenizer(cfg: TrainConfig):
+    """The run's tokenizer: explicit path, else the shards' own; optionally re-fit for another S/mode."""
+    from pipeline import tokenizer_io
+    from training.data import load_shard_tokenizer
+
+    tok = tokenizer_io.load(cfg.data.tokenizer) if cfg.data.tokenizer else load_shard_tokenizer(cfg.data.train)
+    if cfg.data.max_patch_size or cfg.data.mode:
+        tok = tokenizer_io.with_patch_size(tok, max_patch_size=cfg.data.max_patch_size or tok.max_patch_size, mode=cfg.data.mode or tok.mode)
+    return tok
+
+
+def build_run(cfg: TrainConfig, *, callbacks: list[Callback] | None = None, loggers: list[Any] | None = None, eval_enabled: bool = True, save_enabled: bool = True) -> BuiltRun:
+    from composer import Trainer
+    from composer.algorithms import GradientClipping
+    from composer.callbacks import LRMonitor, SpeedMonitor
+    from composer.loggers import FileLogger
+    from composer.optim import ConstantWithWarmupScheduler, CosineAnnealingWithWarmupScheduler, DecoupledAdamW
+    from composer.utils import dist, reproducibility
+
+    from training.composer_model import HierarchicalComposerModel
+    from training.data import build_dataloader, read_manifest
+    from training.model import build_model
+    from training.parallelize import attach_fsdp_hooks, parallelism_config
+    from training.run_files import write_run_files
+
+    reproducibility.seed_all(cfg.seed)
+    device = _device(cfg)
+    world = dist.get_world_size()
+    if cfg.global_batch_size % world:
+        raise ConfigError(f"global_batch_size {cfg.global_batch_size} is not divisible by the {world} processes")
+    device_batch = cfg.global_batch_size // world
+    tok = resolve_tokenizer(cfg)
+    seq_len = read_manifest(cfg.data.train).seq_len
+    cache = cfg.data.cache_dir or os.path.join(cfg.save_folder, "stream-cache")
+    rank_cache = lambda split: os.path.join(cache, split, f"rank{dist.get_local_rank()}")  # noqa: E731
+    train_dl = build_dataloader(cfg.data.train, tok, batch_size=device_batch, cache_dir=rank_cache("train"), shuffle=cfg.data.shuffle, shuffle_seed=cfg.data.shuffle_seed, num_workers=cfg.data.num_workers)
+    eval_dl = None
+    if eval_enabled and cfg.data.eval:
+        eval_dl = build_dataloader(cfg.data.eval, tok, batch_size=device_batch, cache_dir=rank_cache("eval"), shuffle=False, shuffle_seed=cfg.data.shuffle_seed, drop_last=False)
+
+    mcfg = cfg.model_config
+    n_vocab = tok.encoding.max_token_value + 1
+    model = attach_fsdp_hooks(build_model(mcfg, vocab_size=tok.vocab_size, max_patch_size=tok.max_patch_size, n_vocab=n_vocab))
+    cmodel = HierarchicalComposerModel(model, seq_len_hint=seq_len, max_patch_size=tok.max_patch_size, vocab_size=tok.vocab_size, n_vocab=n_vocab)
+    o = cfg.optim
+    optimizer = DecoupledAdamW(cmodel.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+    if o.schedule == "cosine":
+        scheduler = CosineAnnealingWithWarmupScheduler(t_warmup=o.warmup, alpha_f=o.alpha_f)
+    elif o.schedule == "constant":
+        scheduler = ConstantWithWarmupScheduler(t_warmup=o.warmup)
+    else:
+        raise ConfigError(f"optim.schedule must be 'cosine' or 'constant', got {o.schedule!r}")
+
+    if save_enabled and dist.get_global_rank() == 0:
+        write_run_files(cfg.save_folder, model_cfg=mcfg, tok=tok, seq_len=seq_len, train_config=cfg.to_dict())
+    meter = ThroughputMeter()
+    precision = cfg.precision if cfg.precision != "auto" else ("amp_bf16" if device == "gpu" else "fp32")
+    micro = cfg.device_microbatch_size
+    if micro == "auto" and device != "gpu":
+        micro = device_batch  # Composer's auto microbatching needs CUDA OOM signals
+    all_loggers = list(loggers or [])
+    if cfg.log_file and save_enabled:
+        all_loggers.append(FileLogger(filename=os.path.join(cfg.save_folder, cfg.log_file), flush_interval=1))
+    trainer = Trainer(
+        model=cmodel,
+        train_dataloader=train_dl,
+        eval_dataloader=eval_dl,
+        eval_interval=cfg.eval_interval if eval_dl is not None else 0,
+        eval_subset_num_batches=cfg.eval_subset_num_batches,
+        max_duration=cfg.max_duration,
+        optimizers=optimizer,
+        schedulers=scheduler,
+        algorithms=[GradientClipping(clipping_type="norm", clipping_threshold=o.grad_clip_norm)] if o.grad_clip_norm else [],
+        callbacks=[SpeedMonitor(window_size=10), LRMonitor(), meter, *(callbacks or [])],
+        loggers=all_loggers,
+        run_name=cfg.run_name,
+        seed=cfg.seed,
+        device=device,
+        precision=precision,
+        device_train_microbatch_size=micro,
+        parallelism_config=parallelism_config(cfg.fsdp, activation_checkpointing=cfg.activation_checkpointing, on_gpu=device == "gpu"),
+        save_folder=cfg.save_folder if save_enabled else None,
+        save_interval=cfg.save_interval,
+        save_num_checkpoints_to_keep=cfg.save_num_checkpoints_to_keep,
+        save_overwrite=not cfg.autoresume,
+        autoresume=cfg.autoresume,
+        load_path=cfg.load_path,
+        progress_bar=False,
+        log_to_console=True,
+        console_log_interval=cfg.log_interval,
+        python_log_level=None,
+    )
+    info = {"device": device, "world_size": world, "precision": precision, "params": sum(p.numel() for p in model.parameters()), "vocab_size": tok.vocab_size, "max_patch_size": tok.max_patch_size, "seq_len": seq_len}
+    return BuiltRun(trainer, tok, meter, seq_len, info)
+
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    run = build_run(cfg)
+    t = time.perf_counter()
+    run.trainer.fit()
+    wall = time.perf_counter() - t
+    metrics = {f"{k}": float(v.compute()) for k, v in run.trainer.state.eval_metrics.get("eval", {}).items()}
+    run.trainer.close()
+    return {**run.info, "wall_s": wall, "eval": metrics, "throughput": run.meter.summary(), "save_folder": cfg.save_folder, "batches": int(run.trainer.state.timestamp.batch)}
