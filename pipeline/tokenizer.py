@@ -49,18 +49,21 @@ class HierarchicalTokenizer:
         self.merges = stage.merges
         self.vocab_size = stage.vocab_size
         self._ranks = {pair: k for k, pair in enumerate(self.merges)}
-        self.symbol_bytes = self._expand_symbols()
+        self.symbol_bytes, self.symbol_ends_patch = self._expand_symbols()
         self.table, self.patch_lengths, self.token_nbytes = self._build_table()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
 
     # ---- construction -------------------------------------------------------------------
 
-    def _expand_symbols(self) -> list[bytes]:
+    def _expand_symbols(self) -> tuple[list[bytes], list[bool]]:
+        """Bytes of every symbol, and whether it ends a patch (EOP, or a merge that swallowed EOP)."""
         out = [bytes([b]) for b in range(NUM_BYTES)] + [b"", b"", b""]  # EOP, PAD, EOD carry no bytes
+        ends = [False] * NUM_BYTES + [True, False, False]
         for a, b in self.merges:
             out.append(out[a] + out[b])
-        return out
+            ends.append(ends[b])
+        return out, ends
 
     def _build_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         S = self.max_patch_size

@@ -46,8 +46,28 @@ class ModelConfig:
 # The paper's sizes (latent / local), SPEC section 1; `tiny` trains on 2 CPU cores in minutes.
 MODEL_SIZES: dict[str, dict[str, Any]] = {
     "tiny": {},
-    "small": dict(latent_layers=12, latent_dim=768, latent_ffn=2048, latent_heads=12, local_dim=512, local_ffn=512, local_heads=8, encoder_layers=3, decoder_layers=3),
-    "medium": dict(latent_layers=24, latent_dim=1024, latent_ffn=2816, latent_heads=16, local_dim=512, local_ffn=512, local_heads=8, encoder_layers=3, decoder_layers=3),
+    "small": dict(
+        latent_layers=12,
+        latent_dim=768,
+        latent_ffn=2048,
+        latent_heads=12,
+        local_dim=512,
+        local_ffn=512,
+        local_heads=8,
+        encoder_layers=3,
+        decoder_layers=3,
+    ),
+    "medium": dict(
+        latent_layers=24,
+        latent_dim=1024,
+        latent_ffn=2816,
+        latent_heads=16,
+        local_dim=512,
+        local_ffn=512,
+        local_heads=8,
+        encoder_layers=3,
+        decoder_layers=3,
+    ),
 }
 
 

@@ -118,4 +118,6 @@ def build_dataloader(
         shuffle_seed=shuffle_seed,
         num_canonical_nodes=1,  # deterministic sample order whatever the number of devices
     )
-    return torch.utils.data.DataLoader(ds, batch_size=batch_size, collate_fn=Collator(tok, source), num_workers=num_workers, drop_last=drop_last)
+    return torch.utils.data.DataLoader(
+        ds, batch_size=batch_size, collate_fn=Collator(tok, source), num_workers=num_workers, drop_last=drop_last
+    )

@@ -51,7 +51,15 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.out = nn.Linear(dim, dim, bias=False)
 
-    def forward(self, x: torch.Tensor, *, causal: bool, key_mask: torch.Tensor | None = None, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        causal: bool,
+        key_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+    ) -> torch.Tensor:
         B, L, D = x.shape
         q, k, v = self.qkv(x).view(B, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)  # 3 x (B, H, L, Dh)
         start = cache.length if cache is not None else 0
@@ -92,18 +100,30 @@ class Block(nn.Module):
         self.attn = Attention(dim, heads, theta, dropout)
         self.mlp = SwiGLU(dim, ffn)
 
-    def forward(self, x: torch.Tensor, *, causal: bool, key_mask: torch.Tensor | None = None, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        causal: bool,
+        key_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+    ) -> torch.Tensor:
         x = x + self.attn(self.norm1(x), causal=causal, key_mask=key_mask, cache=cache, layer=layer)
         return x + self.mlp(self.norm2(x))
 
 
 class Transformer(nn.Module):
-    def __init__(self, *, layers: int, dim: int, ffn: int, heads: int, theta: float = 10000.0, dropout: float = 0.0) -> None:
+    def __init__(
+        self, *, layers: int, dim: int, ffn: int, heads: int, theta: float = 10000.0, dropout: float = 0.0
+    ) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(Block(dim, ffn, heads, theta, dropout) for _ in range(layers))
         self.norm = RMSNorm(dim)
 
-    def forward(self, x: torch.Tensor, *, causal: bool, key_mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, *, causal: bool, key_mask: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> torch.Tensor:
         for i, block in enumerate(self.blocks):
             x = block(x, causal=causal, key_mask=key_mask, cache=cache, layer=i)
         return self.norm(x)

@@ -21,7 +21,14 @@ class PatchLM(nn.Module):
     def __init__(self, cfg: ModelConfig, io: PatchIO) -> None:
         super().__init__()
         self.cfg, self.io = cfg, io
-        self.latent = Transformer(layers=cfg.latent_layers, dim=cfg.latent_dim, ffn=cfg.latent_ffn, heads=cfg.latent_heads, theta=cfg.rope_theta, dropout=cfg.dropout)
+        self.latent = Transformer(
+            layers=cfg.latent_layers,
+            dim=cfg.latent_dim,
+            ffn=cfg.latent_ffn,
+            heads=cfg.latent_heads,
+            theta=cfg.rope_theta,
+            dropout=cfg.dropout,
+        )
         self.apply(_init_weights)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,9 +42,7 @@ class PatchLM(nn.Module):
 
 
 def _init_weights(m: nn.Module) -> None:
-    if isinstance(m, nn.Linear):
-        nn.init.normal_(m.weight, std=0.02)
-    elif isinstance(m, nn.Embedding):
+    if isinstance(m, nn.Linear) or isinstance(m, nn.Embedding):
         nn.init.normal_(m.weight, std=0.02)
 
 

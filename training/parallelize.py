@@ -20,7 +20,9 @@ def attach_fsdp_hooks(model: PatchLM) -> PatchLM:
     return model
 
 
-def parallelism_config(fsdp: dict[str, Any] | None, *, activation_checkpointing: bool, on_gpu: bool) -> dict[str, Any] | None:
+def parallelism_config(
+    fsdp: dict[str, Any] | None, *, activation_checkpointing: bool, on_gpu: bool
+) -> dict[str, Any] | None:
     """Trainer `parallelism_config` from the YAML `fsdp` block.
 
     `{version: 2, ...}` -> FSDP2 (runs on CPU with gloo too); any other dict -> FSDP1,

@@ -27,7 +27,9 @@ class PatchIO(nn.Module):
     def encode(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def decode(self, h: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:  # pragma: no cover
+    def decode(
+        self, h: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # pragma: no cover
         raise NotImplementedError
 
 
@@ -48,11 +50,27 @@ class HierarchicalPatchIO(PatchIO):
         self.cfg, self.vocab_size, self.S = cfg, vocab_size, max_patch_size
         d = cfg.local_dim
         self.embed = nn.Embedding(vocab_size, d)
-        self.encoder = Transformer(layers=cfg.encoder_layers, dim=d, ffn=cfg.local_ffn, heads=cfg.local_heads, theta=cfg.rope_theta, dropout=cfg.dropout)
+        self.encoder = Transformer(
+            layers=cfg.encoder_layers,
+            dim=d,
+            ffn=cfg.local_ffn,
+            heads=cfg.local_heads,
+            theta=cfg.rope_theta,
+            dropout=cfg.dropout,
+        )
         self.to_latent = nn.Linear(d, cfg.latent_dim, bias=False)
         self.from_latent = nn.Linear(cfg.latent_dim, d, bias=False)
-        self.start = nn.Parameter(torch.zeros(d))
-        self.decoder = Transformer(layers=cfg.decoder_layers, dim=d, ffn=cfg.local_ffn, heads=cfg.local_heads, theta=cfg.rope_theta, dropout=cfg.dropout)
+        # only "add" conditioning uses a start vector; an unused parameter would have no optimizer
+        # state and break checkpoint resumption
+        self.start = nn.Parameter(torch.zeros(d)) if cfg.conditioning == "add" else None
+        self.decoder = Transformer(
+            layers=cfg.decoder_layers,
+            dim=d,
+            ffn=cfg.local_ffn,
+            heads=cfg.local_heads,
+            theta=cfg.rope_theta,
+            dropout=cfg.dropout,
+        )
         self.head = nn.Linear(d, vocab_size, bias=False)
 
     # ---- local encoder g_phi -------------------------------------------------------------

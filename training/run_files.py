@@ -17,7 +17,9 @@ from schemas.train_config import ModelConfig
 RUN_FILE = "hbpe_run.json"
 
 
-def write_run_files(folder: str, *, model_cfg: ModelConfig, tok: HierarchicalTokenizer, seq_len: int, train_config: dict[str, Any]) -> None:
+def write_run_files(
+    folder: str, *, model_cfg: ModelConfig, tok: HierarchicalTokenizer, seq_len: int, train_config: dict[str, Any]
+) -> None:
     os.makedirs(folder, exist_ok=True)
     meta = {
         "model": asdict(model_cfg),

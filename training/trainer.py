@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from composer import Callback, Event, Logger, State
+from composer import Callback, Logger, State
 
 from schemas.errors import ConfigError
 from schemas.train_config import TrainConfig
@@ -35,11 +35,20 @@ class ThroughputMeter(Callback):
             self.patches += npatches
         self.batches += 1
         if self.seconds > 0:
-            logger.log_metrics({"throughput/bytes_per_sec": self.bytes / self.seconds, "throughput/patches_per_sec": self.patches / self.seconds})
+            logger.log_metrics(
+                {
+                    "throughput/bytes_per_sec": self.bytes / self.seconds,
+                    "throughput/patches_per_sec": self.patches / self.seconds,
+                }
+            )
 
     def summary(self) -> dict[str, float]:
         s = max(self.seconds, 1e-9)
-        return {"bytes_per_sec": self.bytes / s, "patches_per_sec": self.patches / s, "timed_batches": max(self.batches - 1, 0)}
+        return {
+            "bytes_per_sec": self.bytes / s,
+            "patches_per_sec": self.patches / s,
+            "timed_batches": max(self.batches - 1, 0),
+        }
 
 
 @dataclass
@@ -64,11 +73,20 @@ def resolve_tokenizer(cfg: TrainConfig):
 
     tok = tokenizer_io.load(cfg.data.tokenizer) if cfg.data.tokenizer else load_shard_tokenizer(cfg.data.train)
     if cfg.data.max_patch_size or cfg.data.mode:
-        tok = tokenizer_io.with_patch_size(tok, max_patch_size=cfg.data.max_patch_size or tok.max_patch_size, mode=cfg.data.mode or tok.mode)
+        tok = tokenizer_io.with_patch_size(
+            tok, max_patch_size=cfg.data.max_patch_size or tok.max_patch_size, mode=cfg.data.mode or tok.mode
+        )
     return tok
 
 
-def build_run(cfg: TrainConfig, *, callbacks: list[Callback] | None = None, loggers: list[Any] | None = None, eval_enabled: bool = True, save_enabled: bool = True) -> BuiltRun:
+def build_run(
+    cfg: TrainConfig,
+    *,
+    callbacks: list[Callback] | None = None,
+    loggers: list[Any] | None = None,
+    eval_enabled: bool = True,
+    save_enabled: bool = True,
+) -> BuiltRun:
     from composer import Trainer
     from composer.algorithms import GradientClipping
     from composer.callbacks import LRMonitor, SpeedMonitor
@@ -91,16 +109,36 @@ def build_run(cfg: TrainConfig, *, callbacks: list[Callback] | None = None, logg
     tok = resolve_tokenizer(cfg)
     seq_len = read_manifest(cfg.data.train).seq_len
     cache = cfg.data.cache_dir or os.path.join(cfg.save_folder, "stream-cache")
-    rank_cache = lambda split: os.path.join(cache, split, f"rank{dist.get_local_rank()}")  # noqa: E731
-    train_dl = build_dataloader(cfg.data.train, tok, batch_size=device_batch, cache_dir=rank_cache("train"), shuffle=cfg.data.shuffle, shuffle_seed=cfg.data.shuffle_seed, num_workers=cfg.data.num_workers)
+    # one cache per node: streaming's local rank 0 downloads, the other ranks wait for its files
+    train_dl = build_dataloader(
+        cfg.data.train,
+        tok,
+        batch_size=device_batch,
+        cache_dir=os.path.join(cache, "train"),
+        shuffle=cfg.data.shuffle,
+        shuffle_seed=cfg.data.shuffle_seed,
+        num_workers=cfg.data.num_workers,
+    )
     eval_dl = None
     if eval_enabled and cfg.data.eval:
-        eval_dl = build_dataloader(cfg.data.eval, tok, batch_size=device_batch, cache_dir=rank_cache("eval"), shuffle=False, shuffle_seed=cfg.data.shuffle_seed, drop_last=False)
+        eval_dl = build_dataloader(
+            cfg.data.eval,
+            tok,
+            batch_size=device_batch,
+            cache_dir=os.path.join(cache, "eval"),
+            shuffle=False,
+            shuffle_seed=cfg.data.shuffle_seed,
+            drop_last=False,
+        )
 
     mcfg = cfg.model_config
     n_vocab = tok.encoding.max_token_value + 1
-    model = attach_fsdp_hooks(build_model(mcfg, vocab_size=tok.vocab_size, max_patch_size=tok.max_patch_size, n_vocab=n_vocab))
-    cmodel = HierarchicalComposerModel(model, seq_len_hint=seq_len, max_patch_size=tok.max_patch_size, vocab_size=tok.vocab_size, n_vocab=n_vocab)
+    model = attach_fsdp_hooks(
+        build_model(mcfg, vocab_size=tok.vocab_size, max_patch_size=tok.max_patch_size, n_vocab=n_vocab)
+    )
+    cmodel = HierarchicalComposerModel(
+        model, seq_len_hint=seq_len, max_patch_size=tok.max_patch_size, vocab_size=tok.vocab_size, n_vocab=n_vocab
+    )
     o = cfg.optim
     optimizer = DecoupledAdamW(cmodel.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
     if o.schedule == "cosine":
@@ -129,7 +167,9 @@ def build_run(cfg: TrainConfig, *, callbacks: list[Callback] | None = None, logg
         max_duration=cfg.max_duration,
         optimizers=optimizer,
         schedulers=scheduler,
-        algorithms=[GradientClipping(clipping_type="norm", clipping_threshold=o.grad_clip_norm)] if o.grad_clip_norm else [],
+        algorithms=[GradientClipping(clipping_type="norm", clipping_threshold=o.grad_clip_norm)]
+        if o.grad_clip_norm
+        else [],
         callbacks=[SpeedMonitor(window_size=10), LRMonitor(), meter, *(callbacks or [])],
         loggers=all_loggers,
         run_name=cfg.run_name,
@@ -137,7 +177,9 @@ def build_run(cfg: TrainConfig, *, callbacks: list[Callback] | None = None, logg
         device=device,
         precision=precision,
         device_train_microbatch_size=micro,
-        parallelism_config=parallelism_config(cfg.fsdp, activation_checkpointing=cfg.activation_checkpointing, on_gpu=device == "gpu"),
+        parallelism_config=parallelism_config(
+            cfg.fsdp, activation_checkpointing=cfg.activation_checkpointing, on_gpu=device == "gpu"
+        ),
         save_folder=cfg.save_folder if save_enabled else None,
         save_interval=cfg.save_interval,
         save_num_checkpoints_to_keep=cfg.save_num_checkpoints_to_keep,
@@ -149,7 +191,15 @@ def build_run(cfg: TrainConfig, *, callbacks: list[Callback] | None = None, logg
         console_log_interval=cfg.log_interval,
         python_log_level=None,
     )
-    info = {"device": device, "world_size": world, "precision": precision, "params": sum(p.numel() for p in model.parameters()), "vocab_size": tok.vocab_size, "max_patch_size": tok.max_patch_size, "seq_len": seq_len}
+    info = {
+        "device": device,
+        "world_size": world,
+        "precision": precision,
+        "params": sum(p.numel() for p in model.parameters()),
+        "vocab_size": tok.vocab_size,
+        "max_patch_size": tok.max_patch_size,
+        "seq_len": seq_len,
+    }
     return BuiltRun(trainer, tok, meter, seq_len, info)
 
 
@@ -160,4 +210,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     wall = time.perf_counter() - t
     metrics = {f"{k}": float(v.compute()) for k, v in run.trainer.state.eval_metrics.get("eval", {}).items()}
     run.trainer.close()
-    return {**run.info, "wall_s": wall, "eval": metrics, "throughput": run.meter.summary(), "save_folder": cfg.save_folder, "batches": int(run.trainer.state.timestamp.batch)}
+    return {
+        **run.info,
+        "wall_s": wall,
+        "eval": metrics,
+        "throughput": run.meter.summary(),
+        "save_folder": cfg.save_folder,
+        "batches": int(run.trainer.state.timestamp.batch),
+    }

@@ -1,0 +1,45 @@
+"""`hbpe eval`: BPB, loss per symbol, bytes and symbols per patch of a checkpoint on shards."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+
+import torch
+
+from training.checkpoint import load_model
+from training.data import build_dataloader
+from training.patch_io import IGNORE, cross_entropy_sum
+
+
+@torch.no_grad()
+def evaluate(
+    checkpoint: str, data: str, *, batch_size: int = 8, max_batches: int | None = None, device: str = "cpu"
+) -> dict:
+    model, tok, meta = load_model(checkpoint, device=device)
+    with tempfile.TemporaryDirectory(prefix="hbpe-eval-") as cache:
+        dl = build_dataloader(
+            data, tok, batch_size=batch_size, cache_dir=cache, shuffle=False, shuffle_seed=0, drop_last=False
+        )
+        nll = 0.0
+        nbytes = symbols = text_patches = 0
+        for i, batch in enumerate(dl):
+            if max_batches is not None and i >= max_batches:
+                break
+            batch = {k: v.to(device) for k, v in batch.items()}
+            logits, targets = model(batch)
+            nll += float(cross_entropy_sum(logits, targets))
+            symbols += int((targets != IGNORE).sum())
+            nbytes += int(batch["target_bytes"].sum())
+            text_patches += int((batch["tokens"][:, 1:] >= 0).sum())
+        del dl
+    return {
+        "bpb": nll / math.log(2) / max(nbytes, 1),
+        "loss_per_symbol": nll / max(symbols, 1),
+        "bytes_per_patch": nbytes / max(text_patches, 1),
+        "symbols_per_patch": symbols / max(text_patches, 1),  # predicted symbols (EOD patches included)
+        "bytes": nbytes,
+        "symbols": symbols,
+        "max_patch_size": tok.max_patch_size,
+        "io": meta["model"]["io"],
+    }
