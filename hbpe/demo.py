@@ -1,7 +1,8 @@
 """`hbpe demo`: the whole story on the bundled sample, with embedded defaults.
 
-tokenizer (gpt2 + hierarchical BPE, S=10) -> encode/decode check -> Beam conversion
-to MDS shards -> verify and inspect the shards.
+tokenizer (gpt2 + hierarchical BPE, S=10) -> Beam conversion of a train/held-out split
+into MDS shards -> verify -> train the tiny model on CPU -> eval BPB on the held-out
+shards -> generate a sample -> summary.
 """
 
 from __future__ import annotations
@@ -13,51 +14,71 @@ import click
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "en-sotu-sample.jsonl.zst"
+HELD_OUT_DOCS = 4
 
 
-def run_demo(out: Path, *, encoding: str = "gpt2", max_patch_size: int = 10, seq_len: int = 256) -> dict:
+def _split_sample(corpus_dir: Path) -> tuple[Path, Path]:
+    import zstandard
+
+    lines = zstandard.ZstdDecompressor().stream_reader(SAMPLE.read_bytes()).read().decode().splitlines()
+    corpus_dir.mkdir(parents=True, exist_ok=True)
+    train, held = corpus_dir / "train.jsonl", corpus_dir / "eval.jsonl"
+    train.write_text("\n".join(lines[:-HELD_OUT_DOCS]) + "\n")
+    held.write_text("\n".join(lines[-HELD_OUT_DOCS:]) + "\n")
+    return train, held
+
+
+def run_demo(out: Path, *, encoding: str = "gpt2", max_patch_size: int = 10, seq_len: int = 128, train_batches: int = 300) -> dict:
     from pipeline import tokenizer_io
+    from pipeline.beam.convert import run_convert
+    from pipeline.shard_reader import ShardDir
+    from pipeline.shard_tools import verify
     from pipeline.tokenizer_stats import corpus_stats, read_texts
+    from schemas.convert_config import ConvertConfig
 
     out.mkdir(parents=True, exist_ok=True)
-    summary: dict = {}
     t = time.perf_counter()
     tok = tokenizer_io.train_tokenizer(encoding, max_patch_size=max_patch_size)
     tok_dir = tokenizer_io.save(tok, out / "tokenizer", overwrite=True)
-    click.echo(
-        f"[1] tokenizer: {encoding} + hierarchical BPE S={max_patch_size}: {len(tok.merges)} merges, V'={tok.vocab_size} ({time.perf_counter() - t:.1f}s) -> {tok_dir}"
-    )
+    click.echo(f"[1/6] tokenizer: {encoding} + hierarchical BPE S={max_patch_size}: {len(tok.merges)} merges, V'={tok.vocab_size} ({time.perf_counter() - t:.1f}s) -> {tok_dir}")
 
     texts, _ = read_texts([str(SAMPLE)])
-    ok = all(tok.decode_patches(tok.encode_patches(t)[1]) == t for t in texts)
+    exact = all(tok.decode_patches(tok.encode_patches(x)[1]) == x for x in texts)
     st = corpus_stats(tok, texts)
-    click.echo(
-        f"[2] sample: {st.documents} documents, {st.bytes / 1e6:.2f} MB; round trip {'exact' if ok else 'FAILED'}; "
-        f"{st.bytes_per_token:.2f} bytes/patch, {st.symbols_per_patch:.2f} symbols/patch, fertility {st.fertility:.3f}"
-    )
-    summary.update(tokenizer=str(tok_dir), round_trip=ok, stats=st.to_dict())
+    click.echo(f"[2/6] sample: {st.documents} documents, {st.bytes / 1e6:.2f} MB, round trip {'exact' if exact else 'FAILED'}: {st.bytes_per_token:.2f} bytes/patch, {st.symbols_per_patch:.2f} symbols/patch, fertility {st.fertility:.3f}")
 
-    from pipeline.beam.convert import run_convert
-    from pipeline.shard_reader import ShardDir
-    from pipeline.shard_tools import inspect, verify
-    from schemas.convert_config import ConvertConfig
+    train_src, held_src = _split_sample(out / "corpus")
+    shards = {}
+    for split, src in (("train", train_src), ("eval", held_src)):
+        t = time.perf_counter()
+        cfg = ConvertConfig(inputs=(str(src),), output=str(out / f"shards-{split}"), tokenizer=str(tok_dir), seq_len=seq_len, shard_bytes=1 << 20)
+        m = run_convert(cfg, [], overwrite=True)
+        problems = verify(ShardDir(cfg.output))
+        c = m["counts"]
+        click.echo(f"[3/6] convert {split} (Beam DirectRunner): {c['documents_written']}/{c['documents_read']} documents -> {c['samples']} samples x {seq_len} patches, {len(m['shards'])} shards, verify {'OK' if not problems else problems[0]} ({time.perf_counter() - t:.1f}s)")
+        shards[split] = cfg.output
 
-    shards = out / "shards"
-    t = time.perf_counter()
-    cfg = ConvertConfig(
-        inputs=(str(SAMPLE),), output=str(shards), tokenizer=str(tok_dir), seq_len=seq_len, shard_bytes=1 << 20
-    )
-    m = run_convert(cfg, [], overwrite=True)
-    c = m["counts"]
+    from training.checkpoint import load_model
+    from training.config_io import load_config
+    from training.evaluate import evaluate
+    from training.generate import generate
+    from training.trainer import train
+
+    train_dir = out / "train"
+    cfg = load_config("tiny", [f"data.train={shards['train']}", f"data.eval={shards['eval']}", f"save_folder={train_dir}", f"max_duration={train_batches}ba", f"eval_interval={train_batches}ba", f"save_interval={train_batches}ba", "log_interval=50ba"])
+    r = train(cfg)
+    thr = r["throughput"]
+    click.echo(f"[4/6] train tiny ({r['params'] / 1e6:.2f}M params) on {r['device']}: {r['batches']} batches in {r['wall_s']:.0f}s, {thr['bytes_per_sec'] / 1e3:.1f} KB/s, {thr['patches_per_sec']:.0f} patches/s -> {train_dir}")
+    ev = evaluate(str(train_dir), shards["eval"])
+    click.echo(f"[5/6] eval on held-out shards: BPB {ev['bpb']:.3f}, {ev['bytes_per_patch']:.2f} bytes/patch, {ev['symbols_per_patch']:.2f} symbols/patch")
+    model, gtok, _ = load_model(str(train_dir))
+    g = generate(model, gtok, "Fellow-Citizens of the Senate", max_bytes=160, temperature=0.8, seed=0)
+    click.echo(f"[6/6] generate (temperature 0.8, KV caches): {g.text!r}")
     click.echo(
-        f"[3] convert (Beam DirectRunner): {c['documents_written']}/{c['documents_read']} documents -> {c['samples']} samples x {seq_len} patches "
-        f"in {len(m['shards'])} shards ({time.perf_counter() - t:.1f}s) -> {shards}"
+        "\nsummary\n"
+        f"  held-out BPB        {ev['bpb']:.3f}\n"
+        f"  bytes per patch     {ev['bytes_per_patch']:.2f}  (symbols per patch {ev['symbols_per_patch']:.2f}, S={max_patch_size})\n"
+        f"  training throughput {thr['bytes_per_sec'] / 1e3:.1f} KB/s of text on {r['device']}\n"
+        f"  artifacts           {tok_dir}, {shards['train']}, {shards['eval']}, {train_dir}"
     )
-    sd = ShardDir(shards)
-    problems = verify(sd)
-    info = inspect(sd, samples=1, chars=120)
-    click.echo(
-        f"[4] verify: {'OK' if not problems else problems[:3]}; first sample: {info['samples_preview'][0]['text']!r}"
-    )
-    summary.update(shards=str(shards), manifest=m, verified=not problems)
-    return summary
+    return {"tokenizer": str(tok_dir), "shards": shards, "train": r, "eval": ev, "generation": g.text}

@@ -17,7 +17,6 @@ EOP always fits, as S >= 2).
 
 from __future__ import annotations
 
-import array
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -30,11 +29,6 @@ from pipeline.hbpe_train import vocabulary_tokens
 from schemas.errors import HbpeError
 from schemas.symbols import EOD, EOP, FIRST_MERGE_ID, NUM_BYTES, PAD, TOKEN_EOD, TOKEN_PAD
 from schemas.tokenizer_artifact import TokenizerSpec
-
-
-def as_int32(ids: list[int]) -> np.ndarray:
-    # array.array converts a list of ints in C, about twice as fast as np.asarray
-    return np.frombuffer(array.array("i", ids), dtype=np.int32)
 
 
 class HierarchicalTokenizer:
@@ -98,8 +92,13 @@ class HierarchicalTokenizer:
         return self.spec.fingerprint
 
     def encode(self, text: str) -> np.ndarray:
-        """First stage only: `encode_ordinary` (special tokens in text stay plain text)."""
-        return as_int32(self.encoding.encode_ordinary(text))
+        """First stage only, as `encode_ordinary`: special tokens in text stay plain text.
+
+        `encode_to_numpy` with nothing allowed or disallowed gives the same ids as
+        `encode_ordinary` (tested) straight from tiktoken's buffer, skipping the Python
+        list, which makes tiktoken + the table gather faster than `encode_ordinary` alone.
+        """
+        return self.encoding.encode_to_numpy(text, allowed_special=set(), disallowed_special=()).view(np.int32)
 
     def encode_patches_batch(self, texts: list[str], *, num_threads: int = 2) -> list[tuple[np.ndarray, np.ndarray]]:
         """(tokens, patches) for many texts, in order.
@@ -107,11 +106,18 @@ class HierarchicalTokenizer:
         The gather runs in the same worker threads as tiktoken, so it overlaps with
         the other threads' encoding instead of following the whole batch.
         """
+        return self._map(self.encode_patches, texts, num_threads)
+
+    def encode_batch(self, texts: list[str], *, num_threads: int = 2) -> list[np.ndarray]:
+        """First-stage ids for many texts, in order, on a thread pool."""
+        return self._map(self.encode, texts, num_threads)
+
+    def _map(self, fn, texts: list[str], num_threads: int) -> list:
         if num_threads <= 1 or len(texts) <= 1:
-            return [self.encode_patches(t) for t in texts]
+            return [fn(t) for t in texts]
         if self._pool is None or self._pool_size != num_threads:
             self._pool, self._pool_size = ThreadPoolExecutor(num_threads, thread_name_prefix="hbpe-encode"), num_threads
-        return list(self._pool.map(self.encode_patches, texts))
+        return list(self._pool.map(fn, texts))
 
     def patches(self, tokens: np.ndarray) -> np.ndarray:
         """(T,) int32 first-stage ids (or TOKEN_EOD / TOKEN_PAD) -> (T, S) uint16 PAD-padded patches."""

@@ -33,7 +33,8 @@ def read_manifest(shards: str) -> Manifest:
     else:
         if not os.path.isfile(os.path.join(shards, shard_columns.COMPLETED_FILENAME)):
             raise ArtifactError(f"{shards} has no COMPLETED marker: not a finished `hbpe convert` output")
-        raw = open(path, "rb").read()
+        with open(path, "rb") as f:
+            raw = f.read()
     return Manifest.from_dict(json.loads(raw), source=path)
 
 

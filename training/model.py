@@ -42,7 +42,7 @@ class PatchLM(nn.Module):
 
 
 def _init_weights(m: nn.Module) -> None:
-    if isinstance(m, nn.Linear) or isinstance(m, nn.Embedding):
+    if isinstance(m, (nn.Linear, nn.Embedding)):
         nn.init.normal_(m.weight, std=0.02)
 
 

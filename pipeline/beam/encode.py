@@ -18,7 +18,6 @@ from apache_beam.metrics import Metrics
 from pipeline.beam import fs
 from pipeline.corpus_files import WorkUnit, iter_unit
 from pipeline.documents import Document, RecordPolicy, count_words
-from pipeline.tokenizer import as_int32
 from schemas.symbols import TOKEN_EOD
 
 
@@ -71,8 +70,7 @@ class _EncodeUnitFn(beam.DoFn):
         eod = np.array([TOKEN_EOD], dtype=np.int32)
 
         def flush(out: fs.AtomicWriter) -> None:
-            for ids in tok.encoding.encode_ordinary_batch(batch, num_threads=2):
-                arr = as_int32(ids)
+            for arr in tok.encode_batch(batch, num_threads=2):
                 out.write(arr.tobytes())
                 out.write(eod.tobytes())
                 lengths = tok.patch_lengths[arr]

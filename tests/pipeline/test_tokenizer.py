@@ -69,3 +69,8 @@ def test_nbytes_counts_text_bytes_only(gpt2_tokenizer):
     text = "naïve café"
     tokens = np.concatenate([gpt2_tokenizer.encode(text), [TOKEN_EOD, TOKEN_PAD]]).astype(np.int32)
     assert gpt2_tokenizer.nbytes(tokens) == len(text.encode())
+
+
+def test_encode_matches_encode_ordinary(gpt2_tokenizer, sample_texts):
+    for text in [*TRICKY, sample_texts[0][:5000]]:
+        assert gpt2_tokenizer.encode(text).tolist() == gpt2_tokenizer.encoding.encode_ordinary(text)
