@@ -28,7 +28,9 @@ def _split_sample(corpus_dir: Path) -> tuple[Path, Path]:
     return train, held
 
 
-def run_demo(out: Path, *, encoding: str = "gpt2", max_patch_size: int = 10, seq_len: int = 128, train_batches: int = 300) -> dict:
+def run_demo(
+    out: Path, *, encoding: str = "gpt2", max_patch_size: int = 10, seq_len: int = 128, train_batches: int = 300
+) -> dict:
     from pipeline import tokenizer_io
     from pipeline.beam.convert import run_convert
     from pipeline.shard_reader import ShardDir
@@ -40,22 +42,34 @@ def run_demo(out: Path, *, encoding: str = "gpt2", max_patch_size: int = 10, seq
     t = time.perf_counter()
     tok = tokenizer_io.train_tokenizer(encoding, max_patch_size=max_patch_size)
     tok_dir = tokenizer_io.save(tok, out / "tokenizer", overwrite=True)
-    click.echo(f"[1/6] tokenizer: {encoding} + hierarchical BPE S={max_patch_size}: {len(tok.merges)} merges, V'={tok.vocab_size} ({time.perf_counter() - t:.1f}s) -> {tok_dir}")
+    click.echo(
+        f"[1/6] tokenizer: {encoding} + hierarchical BPE S={max_patch_size}: {len(tok.merges)} merges, V'={tok.vocab_size} ({time.perf_counter() - t:.1f}s) -> {tok_dir}"
+    )
 
     texts, _ = read_texts([str(SAMPLE)])
     exact = all(tok.decode_patches(tok.encode_patches(x)[1]) == x for x in texts)
     st = corpus_stats(tok, texts)
-    click.echo(f"[2/6] sample: {st.documents} documents, {st.bytes / 1e6:.2f} MB, round trip {'exact' if exact else 'FAILED'}: {st.bytes_per_token:.2f} bytes/patch, {st.symbols_per_patch:.2f} symbols/patch, fertility {st.fertility:.3f}")
+    click.echo(
+        f"[2/6] sample: {st.documents} documents, {st.bytes / 1e6:.2f} MB, round trip {'exact' if exact else 'FAILED'}: {st.bytes_per_token:.2f} bytes/patch, {st.symbols_per_patch:.2f} symbols/patch, fertility {st.fertility:.3f}"
+    )
 
     train_src, held_src = _split_sample(out / "corpus")
     shards = {}
     for split, src in (("train", train_src), ("eval", held_src)):
         t = time.perf_counter()
-        cfg = ConvertConfig(inputs=(str(src),), output=str(out / f"shards-{split}"), tokenizer=str(tok_dir), seq_len=seq_len, shard_bytes=1 << 20)
+        cfg = ConvertConfig(
+            inputs=(str(src),),
+            output=str(out / f"shards-{split}"),
+            tokenizer=str(tok_dir),
+            seq_len=seq_len,
+            shard_bytes=1 << 20,
+        )
         m = run_convert(cfg, [], overwrite=True)
         problems = verify(ShardDir(cfg.output))
         c = m["counts"]
-        click.echo(f"[3/6] convert {split} (Beam DirectRunner): {c['documents_written']}/{c['documents_read']} documents -> {c['samples']} samples x {seq_len} patches, {len(m['shards'])} shards, verify {'OK' if not problems else problems[0]} ({time.perf_counter() - t:.1f}s)")
+        click.echo(
+            f"[3/6] convert {split} (Beam DirectRunner): {c['documents_written']}/{c['documents_read']} documents -> {c['samples']} samples x {seq_len} patches, {len(m['shards'])} shards, verify {'OK' if not problems else problems[0]} ({time.perf_counter() - t:.1f}s)"
+        )
         shards[split] = cfg.output
 
     from training.checkpoint import load_model
@@ -65,12 +79,27 @@ def run_demo(out: Path, *, encoding: str = "gpt2", max_patch_size: int = 10, seq
     from training.trainer import train
 
     train_dir = out / "train"
-    cfg = load_config("tiny", [f"data.train={shards['train']}", f"data.eval={shards['eval']}", f"save_folder={train_dir}", f"max_duration={train_batches}ba", f"eval_interval={train_batches}ba", f"save_interval={train_batches}ba", "log_interval=50ba"])
+    cfg = load_config(
+        "tiny",
+        [
+            f"data.train={shards['train']}",
+            f"data.eval={shards['eval']}",
+            f"save_folder={train_dir}",
+            f"max_duration={train_batches}ba",
+            f"eval_interval={train_batches}ba",
+            f"save_interval={train_batches}ba",
+            "log_interval=50ba",
+        ],
+    )
     r = train(cfg)
     thr = r["throughput"]
-    click.echo(f"[4/6] train tiny ({r['params'] / 1e6:.2f}M params) on {r['device']}: {r['batches']} batches in {r['wall_s']:.0f}s, {thr['bytes_per_sec'] / 1e3:.1f} KB/s, {thr['patches_per_sec']:.0f} patches/s -> {train_dir}")
+    click.echo(
+        f"[4/6] train tiny ({r['params'] / 1e6:.2f}M params) on {r['device']}: {r['batches']} batches in {r['wall_s']:.0f}s, {thr['bytes_per_sec'] / 1e3:.1f} KB/s, {thr['patches_per_sec']:.0f} patches/s -> {train_dir}"
+    )
     ev = evaluate(str(train_dir), shards["eval"])
-    click.echo(f"[5/6] eval on held-out shards: BPB {ev['bpb']:.3f}, {ev['bytes_per_patch']:.2f} bytes/patch, {ev['symbols_per_patch']:.2f} symbols/patch")
+    click.echo(
+        f"[5/6] eval on held-out shards: BPB {ev['bpb']:.3f}, {ev['bytes_per_patch']:.2f} bytes/patch, {ev['symbols_per_patch']:.2f} symbols/patch"
+    )
     model, gtok, _ = load_model(str(train_dir))
     g = generate(model, gtok, "Fellow-Citizens of the Senate", max_bytes=160, temperature=0.8, seed=0)
     click.echo(f"[6/6] generate (temperature 0.8, KV caches): {g.text!r}")
