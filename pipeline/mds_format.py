@@ -117,7 +117,6 @@ def write_shard(
         raise ValueError("hbpe writes zstd-compressed MDS shards only")
     raw = encode_raw_shard(columns, values, compression=compression, hashes=hashes)
     data = zstd.compress(raw, ZSTD_LEVEL)
-    raw_bytes = len(raw)
     entry = {
         **shard_config(columns, compression, hashes),
         "samples": len(next(iter(values.values()))),
