@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from schemas.errors import HbpeError
 from schemas.symbols import EOD, PAD
 from training.layers import KVCache
 from training.model import PatchLM
@@ -48,7 +49,9 @@ def generate(
     max_patches: int | None = None,
 ) -> Generation:
     if model.cfg.io != "hierarchical":
-        raise NotImplementedError("generation is implemented for the hierarchical (BPE-patch) model")
+        raise HbpeError(
+            "generation is implemented for the hierarchical (BPE-patch) model; this checkpoint has model.io=bpe"
+        )
     io, S, device = model.io, tok.max_patch_size, next(model.parameters()).device
     gen = torch.Generator(device="cpu").manual_seed(seed)
     t0 = time.perf_counter()

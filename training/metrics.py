@@ -9,35 +9,30 @@ import torch
 from torchmetrics import Metric
 
 
-class BitsPerByte(Metric):
+class _NllRatio(Metric):
+    """scale * (summed NLL in nats) / (summed denominator), reduced across ranks by summing."""
+
     full_state_update = False
+    scale = 1.0
 
     def __init__(self) -> None:
         super().__init__()
         self.add_state("nll_nats", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("num_bytes", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("denominator", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
-    def update(self, nll_nats: torch.Tensor, num_bytes: torch.Tensor) -> None:
+    def update(self, nll_nats: torch.Tensor, denominator: torch.Tensor) -> None:
         self.nll_nats += nll_nats.detach().to(torch.float64)
-        self.num_bytes += num_bytes.detach().sum().to(torch.long)
+        self.denominator += denominator.detach().sum().to(torch.long)
 
     def compute(self) -> torch.Tensor:
-        return self.nll_nats / math.log(2) / self.num_bytes.clamp_min(1)
+        return self.scale * self.nll_nats / self.denominator.clamp_min(1)
 
 
-class LossPerSymbol(Metric):
-    """Mean NLL (nats) per predicted symbol, the training loss."""
+class BitsPerByte(_NllRatio):
+    """update(nll_nats, target_bytes): bits per UTF-8 byte of the predicted text."""
 
-    full_state_update = False
+    scale = 1.0 / math.log(2)
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.add_state("nll_nats", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
-    def update(self, nll_nats: torch.Tensor, count: torch.Tensor) -> None:
-        self.nll_nats += nll_nats.detach().to(torch.float64)
-        self.count += count.detach().to(torch.long)
-
-    def compute(self) -> torch.Tensor:
-        return self.nll_nats / self.count.clamp_min(1)
+class LossPerSymbol(_NllRatio):
+    """update(nll_nats, symbol_count): mean NLL (nats) per predicted symbol, the training loss."""

@@ -33,6 +33,17 @@ class PatchIO(nn.Module):
         raise NotImplementedError
 
 
+def _local_transformer(cfg: ModelConfig, layers: int) -> Transformer:
+    return Transformer(
+        layers=layers,
+        dim=cfg.local_dim,
+        ffn=cfg.local_ffn,
+        heads=cfg.local_heads,
+        theta=cfg.rope_theta,
+        dropout=cfg.dropout,
+    )
+
+
 class HierarchicalPatchIO(PatchIO):
     """BPE-patch (the paper): a local encoder pools each patch of S symbols into e_t, and a
     local decoder predicts the next patch's symbols autoregressively from h_t.
@@ -50,27 +61,13 @@ class HierarchicalPatchIO(PatchIO):
         self.cfg, self.vocab_size, self.S = cfg, vocab_size, max_patch_size
         d = cfg.local_dim
         self.embed = nn.Embedding(vocab_size, d)
-        self.encoder = Transformer(
-            layers=cfg.encoder_layers,
-            dim=d,
-            ffn=cfg.local_ffn,
-            heads=cfg.local_heads,
-            theta=cfg.rope_theta,
-            dropout=cfg.dropout,
-        )
+        self.encoder = _local_transformer(cfg, cfg.encoder_layers)
         self.to_latent = nn.Linear(d, cfg.latent_dim, bias=False)
         self.from_latent = nn.Linear(cfg.latent_dim, d, bias=False)
         # only "add" conditioning uses a start vector; an unused parameter would have no optimizer
         # state and break checkpoint resumption
         self.start = nn.Parameter(torch.zeros(d)) if cfg.conditioning == "add" else None
-        self.decoder = Transformer(
-            layers=cfg.decoder_layers,
-            dim=d,
-            ffn=cfg.local_ffn,
-            heads=cfg.local_heads,
-            theta=cfg.rope_theta,
-            dropout=cfg.dropout,
-        )
+        self.decoder = _local_transformer(cfg, cfg.decoder_layers)
         self.head = nn.Linear(d, vocab_size, bias=False)
 
     # ---- local encoder g_phi -------------------------------------------------------------

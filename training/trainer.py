@@ -108,7 +108,9 @@ def build_run(
     device_batch = cfg.global_batch_size // world
     tok = resolve_tokenizer(cfg)
     seq_len = read_manifest(cfg.data.train).seq_len
-    cache = cfg.data.cache_dir or os.path.join(cfg.save_folder, "stream-cache")
+    remote_save = "://" in cfg.save_folder
+    local_root = os.path.join("runs", cfg.run_name) if remote_save else cfg.save_folder  # caches and logs stay local
+    cache = cfg.data.cache_dir or os.path.join(local_root, "stream-cache")
     # one cache per node: streaming's local rank 0 downloads, the other ranks wait for its files
     train_dl = build_dataloader(
         cfg.data.train,
@@ -157,7 +159,7 @@ def build_run(
         micro = device_batch  # Composer's auto microbatching needs CUDA OOM signals
     all_loggers = list(loggers or [])
     if cfg.log_file and save_enabled:
-        all_loggers.append(FileLogger(filename=os.path.join(cfg.save_folder, cfg.log_file), flush_interval=1))
+        all_loggers.append(FileLogger(filename=os.path.join(local_root, cfg.log_file), flush_interval=1))
     trainer = Trainer(
         model=cmodel,
         train_dataloader=train_dl,

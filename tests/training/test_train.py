@@ -106,3 +106,34 @@ def test_fsdp2_two_processes_over_gloo(sample_shards, tmp_path):
     assert result["world_size"] == 2 and result["batches"] == 4
     assert result["eval"]["BitsPerByte"] > 0
     assert (folder / "latest-rank0.pt").exists()
+
+
+def test_reuse_shards_with_another_patch_size_and_the_bpe_baseline(sample_shards, tmp_path):
+    r = train(
+        _cfg(
+            sample_shards,
+            tmp_path / "s6",
+            "max_duration=3ba",
+            "eval_interval=3ba",
+            "save_interval=3ba",
+            "data.max_patch_size=6",
+            "data.mode=minimal",
+        )
+    )
+    assert r["max_patch_size"] == 6 and r["vocab_size"] > 470  # S=6 needs more merges than S=10
+    assert r["eval"]["BitsPerByte"] > 0
+    from training.evaluate import evaluate
+
+    ev = evaluate(str(tmp_path / "s6"), str(sample_shards[1]), max_batches=2)
+    assert ev["max_patch_size"] == 6 and ev["symbols_per_patch"] > 4.5  # minimal mode: long patches
+    b = train(
+        _cfg(
+            sample_shards,
+            tmp_path / "bpe",
+            "max_duration=3ba",
+            "eval_interval=3ba",
+            "save_interval=3ba",
+            "model.io=bpe",
+        )
+    )
+    assert b["eval"]["BitsPerByte"] > 0 and b["params"] > 50257 * 64
