@@ -37,9 +37,18 @@ def _emit(obj: Any, as_json: bool, render: Callable[[Any], str]) -> None:
 def main() -> None:
     """hbpe: hierarchical BPE tokenizers, MDS shards, and hierarchical patch LMs."""
     import logging
+    import os
+    import warnings
 
     # Beam logs every worker start at INFO/WARNING; our own progress line and summary say what matters
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    # Beam pins grpcio below the version google-cloud wants; the resulting FutureWarnings (here and in
+    # every Beam worker process, which inherit PYTHONWARNINGS) are not actionable for hbpe users
+    quiet = (
+        "ignore::FutureWarning:google.api_core._python_package_support,ignore::FutureWarning:google.auth.transport.grpc"
+    )
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), quiet]))
+    warnings.filterwarnings("ignore", message=".*Post-Quantum Cryptography.*", category=FutureWarning)
 
 
 @main.command("demo")

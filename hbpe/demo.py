@@ -79,6 +79,7 @@ def run_demo(
     from training.trainer import train
 
     train_dir = out / "train"
+    click.echo(f"[4/6] training the tiny model on CPU for {train_batches} batches (about a minute) ...")
     cfg = load_config(
         "tiny",
         [
@@ -89,6 +90,7 @@ def run_demo(
             f"eval_interval={train_batches}ba",
             f"save_interval={train_batches}ba",
             "log_interval=50ba",
+            "console=false",
         ],
     )
     r = train(cfg)

@@ -125,6 +125,7 @@ class TrainConfig:
     fsdp: dict[str, Any] | None = None  # e.g. {version: 2} or FSDP1 {sharding_strategy: FULL_SHARD, ...}
     activation_checkpointing: bool = False
     log_interval: str = "10ba"
+    console: bool = True  # Composer's console logger (metrics every log_interval, eval progress)
     log_file: str | None = "train.log"
 
     def __post_init__(self) -> None:

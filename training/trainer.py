@@ -189,7 +189,7 @@ def build_run(
         autoresume=cfg.autoresume,
         load_path=cfg.load_path,
         progress_bar=False,
-        log_to_console=True,
+        log_to_console=cfg.console,
         console_log_interval=cfg.log_interval,
         python_log_level=None,
     )
