@@ -7,8 +7,6 @@ import sys
 
 import click
 
-from schemas.errors import HbpeError
-
 
 def render_summary(m: dict) -> str:
     c, s = m["counts"], m["statistics"]
@@ -241,5 +239,3 @@ def register(main: click.Group, bench: click.Group) -> None:
             f"hbpe convert (DirectRunner)                 {r['pipeline_mb_per_s']:8.2f} MB/s   ratio {r['ratio']:.3f}\n"
             f"peak RSS: launcher {r['peak_rss_mb_self']:.0f} MB, largest worker {r['peak_rss_mb_workers']:.0f} MB"
         )
-
-    _ = HbpeError

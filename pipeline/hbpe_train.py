@@ -14,15 +14,10 @@ position counts, overlapping ones included (as in minbpe's get_stats).
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
-
 import tiktoken
 
+from pipeline import merge_kernels
 from pipeline.hbpe_merges import patch_of
-from pipeline.pair_merges import learn_merges
-from schemas.errors import ConfigError
-from schemas.symbols import FIRST_MERGE_ID
 
 
 def vocabulary_tokens(enc: tiktoken.Encoding) -> list[tuple[int, bytes]]:
@@ -31,23 +26,6 @@ def vocabulary_tokens(enc: tiktoken.Encoding) -> list[tuple[int, bytes]]:
     return sorted(((rank, tok) for tok, rank in enc._mergeable_ranks.items()))
 
 
-def train_merges(
-    entries: list[list[int]], max_patch_size: int, *, on_merge: Callable[[int], None] | None = None
-) -> list[tuple[int, int]]:
-    """Algorithm 1 over raw patches (`bytes + [EOP]`); returns merges in learned order."""
-    if max_patch_size < 2:
-        raise ConfigError(f"max patch size S must be >= 2 (one byte plus EOP), got {max_patch_size}")
-    counter = itertools.count(FIRST_MERGE_ID)
-    learned = learn_merges(
-        [list(e) for e in entries],
-        [1] * len(entries),
-        next_id=lambda _pair: next(counter),
-        is_active=lambda s: len(s) > max_patch_size,
-        on_merge=on_merge,
-    )
-    return [pair for pair, _ in learned]
-
-
 def train_for_encoding(enc: tiktoken.Encoding, max_patch_size: int) -> list[tuple[int, int]]:
     """Train the second stage on every non-special token of a first-stage encoding."""
-    return train_merges([patch_of(tok) for _, tok in vocabulary_tokens(enc)], max_patch_size)
+    return merge_kernels.train_merges([patch_of(tok) for _, tok in vocabulary_tokens(enc)], max_patch_size)

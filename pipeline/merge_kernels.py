@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pipeline import hbpe_merges, pair_merges
+from schemas.errors import ConfigError
 from schemas.symbols import FIRST_MERGE_ID
 
 try:
@@ -47,6 +48,8 @@ def train_merges(
     entries: Sequence[Sequence[int]], max_patch_size: int, *, native: bool = True
 ) -> list[tuple[int, int]]:
     """Algorithm 1: merges in learned order over raw patches (each entry counted once)."""
+    if max_patch_size < 2:
+        raise ConfigError(f"max patch size S must be >= 2 (one byte plus EOP), got {max_patch_size}")
     if native and _merge_core is not None:
         flat, offsets = _flatten(entries)
         pairs = np.frombuffer(_merge_core.train_merges(flat, offsets, max_patch_size, FIRST_MERGE_ID), dtype=np.int32)

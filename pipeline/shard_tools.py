@@ -10,7 +10,6 @@ import numpy as np
 
 from pipeline import mds_format
 from pipeline.shard_reader import ShardDir
-from schemas import shard_columns
 from schemas.symbols import EOD, PAD
 
 
@@ -136,6 +135,3 @@ def export_text(sd: ShardDir, out: TextIO) -> dict[str, int]:
 def export_text_to(path: str | Path, sd: ShardDir) -> dict[str, int]:
     with open(path, "w", encoding="utf-8") as f:
         return export_text(sd, f)
-
-
-__all__ = ["stats", "inspect", "verify", "export_text", "export_text_to", "shard_columns"]

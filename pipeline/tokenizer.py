@@ -27,7 +27,7 @@ from pipeline import merge_kernels
 from pipeline.hbpe_merges import apply_merges, patch_of
 from pipeline.hbpe_train import vocabulary_tokens
 from schemas.errors import HbpeError
-from schemas.symbols import EOD, EOP, FIRST_MERGE_ID, NUM_BYTES, PAD, TOKEN_EOD, TOKEN_PAD
+from schemas.symbols import EOD, NUM_BYTES, PAD
 from schemas.tokenizer_artifact import TokenizerSpec
 
 
@@ -174,8 +174,10 @@ class HierarchicalTokenizer:
         return self.decode_symbols_bytes(symbols).decode("utf-8", errors=errors)
 
     def decode_patches(self, patches: Sequence[Sequence[int]] | np.ndarray) -> str:
-        arr = np.asarray(patches).reshape(-1) if not isinstance(patches, list) else [s for p in patches for s in p]
-        return self.decode_symbols(arr)
+        """PAD-padded (T, S) rows or ragged lists of symbols -> text."""
+        if isinstance(patches, np.ndarray):
+            return self.decode_symbols(patches.reshape(-1).tolist())
+        return self.decode_symbols(s for p in patches for s in p)
 
     def split_documents(self, symbols: np.ndarray) -> list[bytes]:
         """Split a flat symbol stream at EOD into document bytes (text after the last EOD is kept too)."""
@@ -199,6 +201,3 @@ class HierarchicalTokenizer:
         """(symbols per raw patch `bytes+EOP`, symbols per final patch) over the first-stage vocabulary."""
         ids = np.flatnonzero(self.token_nbytes[:-2] > 0)
         return self.token_nbytes[ids] + 1, self.patch_lengths[ids].astype(np.int32)
-
-
-__all__ = ["HierarchicalTokenizer", "EOP", "PAD", "EOD", "TOKEN_EOD", "TOKEN_PAD", "FIRST_MERGE_ID"]

@@ -16,9 +16,8 @@ from pathlib import Path
 import tiktoken
 
 import hbpe
-from pipeline import first_stage, merge_kernels
-from pipeline.hbpe_merges import patch_of
-from pipeline.hbpe_train import vocabulary_tokens
+from pipeline import first_stage
+from pipeline.hbpe_train import train_for_encoding
 from pipeline.tokenizer import HierarchicalTokenizer
 from schemas.canonical import pretty_json, sha256_hex
 from schemas.errors import ArtifactError
@@ -47,7 +46,7 @@ def train_tokenizer(
     """Second-stage training (Algorithm 1) over a first-stage encoding's vocabulary."""
     enc = first_stage.load_encoding(encoding, pattern=pattern) if isinstance(encoding, str) else encoding
     rank_bytes = first_stage.format_rank_file(enc._mergeable_ranks)
-    merges = merge_kernels.train_merges([patch_of(tok) for _, tok in vocabulary_tokens(enc)], max_patch_size)
+    merges = train_for_encoding(enc, max_patch_size)
     spec = TokenizerSpec(
         first_stage=first_stage_spec(enc, rank_bytes),
         second_stage=SecondStageSpec(max_patch_size=max_patch_size, mode=mode, merges=tuple(merges)),

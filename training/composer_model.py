@@ -14,13 +14,10 @@ from training.patch_io import IGNORE, cross_entropy_sum
 
 
 class HierarchicalComposerModel(ComposerModel):
-    def __init__(
-        self, model: PatchLM, *, seq_len_hint: int, max_patch_size: int, vocab_size: int, n_vocab: int
-    ) -> None:
+    def __init__(self, model: PatchLM, *, max_patch_size: int, vocab_size: int, n_vocab: int) -> None:
         super().__init__()
         self.model = model
         self._flops_args = dict(max_patch_size=max_patch_size, vocab_size=vocab_size, n_vocab=n_vocab)
-        self.seq_len_hint = seq_len_hint
         self.train_metrics = {"BitsPerByte": BitsPerByte(), "LossPerSymbol": LossPerSymbol()}
         self.eval_metrics = {"BitsPerByte": BitsPerByte(), "LossPerSymbol": LossPerSymbol()}
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from schemas.symbols import EOP, PAD
+from schemas.symbols import PAD
 from schemas.train_config import ModelConfig
 from training.layers import KVCache, Transformer
 
@@ -151,6 +151,3 @@ class BPEEmbeddingIO(PatchIO):
 def cross_entropy_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Sum of NLL (nats) over predicted positions, in fp32."""
     return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE, reduction="sum")
-
-
-__all__ = ["PatchIO", "HierarchicalPatchIO", "BPEEmbeddingIO", "IGNORE", "EOP", "cross_entropy_sum"]

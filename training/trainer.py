@@ -139,7 +139,7 @@ def build_run(
         build_model(mcfg, vocab_size=tok.vocab_size, max_patch_size=tok.max_patch_size, n_vocab=n_vocab)
     )
     cmodel = HierarchicalComposerModel(
-        model, seq_len_hint=seq_len, max_patch_size=tok.max_patch_size, vocab_size=tok.vocab_size, n_vocab=n_vocab
+        model, max_patch_size=tok.max_patch_size, vocab_size=tok.vocab_size, n_vocab=n_vocab
     )
     o = cfg.optim
     optimizer = DecoupledAdamW(cmodel.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)

@@ -77,11 +77,10 @@ def test_training_is_deterministic_across_hash_seeds(tmp_path):
 
 
 def test_rejects_patch_size_below_two():
-    from pipeline.hbpe_train import train_merges
     from schemas.errors import ArtifactError, ConfigError
 
     with pytest.raises(ConfigError, match="must be >= 2"):
-        train_merges([[1, 2, 256]], 1)
+        merge_kernels.train_merges([[1, 2, 256]], 1)
     with pytest.raises(ArtifactError, match="max_patch_size must be >= 2"):
         from schemas.tokenizer_artifact import SecondStageSpec
 
