@@ -41,10 +41,13 @@ def bench_convert(
         _write_scaled(texts, scale, src)
         mb = sum(len(t.encode("utf-8")) for t in texts) * scale / 1e6
 
-        t = time.perf_counter()
-        for _ in range(scale):
-            tok.encoding.encode_ordinary_batch(texts, num_threads=threads)
-        tiktoken_s = time.perf_counter() - t
+        def time_tiktoken() -> float:
+            t = time.perf_counter()
+            for _ in range(scale):
+                tok.encoding.encode_ordinary_batch(texts, num_threads=threads)
+            return time.perf_counter() - t
+
+        tiktoken_s = time_tiktoken()
 
         cfg = ConvertConfig(
             inputs=(src,),
@@ -57,6 +60,7 @@ def bench_convert(
         t = time.perf_counter()
         m = run_convert(cfg, pipeline_args, progress=False, on_start=units.extend)
         pipeline_s = time.perf_counter() - t
+        tiktoken_s = min(tiktoken_s, time_tiktoken())  # best of before and after: this machine is noisy
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {
