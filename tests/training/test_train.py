@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -78,6 +79,9 @@ def test_autoresume_equals_uninterrupted(sample_shards, tmp_path):
 def test_fsdp2_two_processes_over_gloo(sample_shards, tmp_path):
     train_dir, eval_dir = sample_shards
     folder = tmp_path / "fsdp"
+    with socket.socket() as sock:  # a free port, so parallel or repeated runs never collide
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     cmd = [
         sys.executable,
         "-m",
@@ -85,7 +89,7 @@ def test_fsdp2_two_processes_over_gloo(sample_shards, tmp_path):
         "-n",
         "2",
         "--master_port",
-        "29517",
+        str(port),
         "-m",
         "training.launch",
         "tiny",
