@@ -129,8 +129,7 @@ def run_convert(
     from pipeline import tokenizer_io
 
     started = time.time()
-    tok_spec = tokenizer_io.load_spec(cfg.tokenizer)  # validates the artifact up front
-    tokenizer_io.load(cfg.tokenizer)  # and its rank file, before any worker starts
+    tok_spec = tokenizer_io.load(cfg.tokenizer).spec  # validates artifact and rank file before any worker starts
     if fs.is_nonempty_dir(cfg.output):
         if not overwrite:
             raise ConfigError(f"output {cfg.output} exists and is not empty; pass --overwrite to replace it")
