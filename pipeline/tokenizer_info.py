@@ -51,7 +51,12 @@ def plot_histograms(info: dict, path: str) -> None:
     longer = int(before[top:].sum())
     x = np.arange(top)
     fig, ax = plt.subplots(figsize=(7, 3.5), dpi=120)
-    ax.bar(x - 0.2, before[:top], width=0.4, label="bytes + EOP (first stage)" + (f"; {longer} longer not shown" if longer else ""))
+    ax.bar(
+        x - 0.2,
+        before[:top],
+        width=0.4,
+        label="bytes + EOP (first stage)" + (f"; {longer} longer not shown" if longer else ""),
+    )
     ax.bar(x + 0.2, after[:top], width=0.4, label=f"after hierarchical BPE (S={info['max_patch_size']})")
     ax.axvline(info["max_patch_size"] + 0.5, color="k", linestyle="--", linewidth=0.8)
     ax.set_xlabel("symbols per vocabulary patch")

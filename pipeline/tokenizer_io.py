@@ -95,7 +95,11 @@ def load_spec(path: str | os.PathLike) -> TokenizerSpec:
 
 
 def load(path: str | os.PathLike) -> HierarchicalTokenizer:
-    """Load and verify an artifact directory: version, fingerprint, rank-file hash."""
+    """Load and verify an artifact directory (local, or a gs:// / s3:// URI): version, fingerprint, rank-file hash."""
+    if "://" in str(path):
+        from pipeline.beam import fs  # only remote paths pay for Beam's filesystems
+
+        path = fs.localize_dir(str(path), [SPEC_FILENAME, RANK_FILENAME])
     spec = load_spec(path)
     fs = spec.first_stage
     rank_path = Path(path) / fs.rank_file

@@ -40,11 +40,8 @@ def read_manifest(shards: str) -> Manifest:
 
 def load_shard_tokenizer(shards: str) -> HierarchicalTokenizer:
     from pipeline import tokenizer_io
-    from pipeline.beam import fs
-    from schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAME
 
-    tok_dir = os.path.join(shards, shard_columns.TOKENIZER_DIRNAME)
-    return tokenizer_io.load(fs.localize_dir(tok_dir, [SPEC_FILENAME, RANK_FILENAME]))
+    return tokenizer_io.load(os.path.join(shards, shard_columns.TOKENIZER_DIRNAME))
 
 
 @dataclass(frozen=True)

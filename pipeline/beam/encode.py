@@ -57,10 +57,8 @@ class _EncodeUnitFn(beam.DoFn):
 
     def setup(self) -> None:
         from pipeline import tokenizer_io
-        from schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAME
 
-        local = fs.localize_dir(self.tokenizer_dir, [SPEC_FILENAME, RANK_FILENAME])
-        self.tok = tokenizer_io.load(local)
+        self.tok = tokenizer_io.load(self.tokenizer_dir)
 
     def process(self, unit: WorkUnit):
         tok = self.tok

@@ -20,7 +20,7 @@ from schemas import shard_columns
 from schemas.canonical import pretty_json
 from schemas.errors import HbpeError
 from schemas.manifest import Counts, Manifest, derived_statistics
-from schemas.tokenizer_artifact import TokenizerSpec
+from schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAME, TokenizerSpec
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def finalize_output(
     fs.write_atomic(fs.join(ctx.output, shard_columns.REJECTS_DIRNAME, "rejects.jsonl"), rejects)
     # 4. a copy of the tokenizer, so the shards are self-describing
     fs.copy_dir_to(
-        fs.localize_dir(fs.join(ctx.staging, "tokenizer"), ["tokenizer.json", "first_stage.tiktoken"]),
+        fs.localize_dir(fs.join(ctx.staging, "tokenizer"), [SPEC_FILENAME, RANK_FILENAME]),
         fs.join(ctx.output, shard_columns.TOKENIZER_DIRNAME),
     )
     manifest = Manifest(

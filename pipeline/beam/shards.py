@@ -98,9 +98,8 @@ class _WriteShardFn(beam.DoFn):
 
     def setup(self) -> None:
         from pipeline import tokenizer_io
-        from schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAME
 
-        self.tok = tokenizer_io.load(fs.localize_dir(self.tokenizer_dir, [SPEC_FILENAME, RANK_FILENAME]))
+        self.tok = tokenizer_io.load(self.tokenizer_dir)
 
     def process(self, task: ShardTask):
         stream = np.concatenate([read_pieces(self.staging, task.pieces), np.full(task.pad, TOKEN_PAD, dtype=np.int32)])
