@@ -91,6 +91,7 @@ def run_demo(
             f"save_interval={train_batches}ba",
             "log_interval=50ba",
             "console=false",
+            "save_overwrite=true",  # a rerun of the demo replaces its previous run
         ],
     )
     r = train(cfg)

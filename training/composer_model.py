@@ -14,10 +14,10 @@ from training.patch_io import IGNORE, cross_entropy_sum
 
 
 class HierarchicalComposerModel(ComposerModel):
-    def __init__(self, model: PatchLM, *, max_patch_size: int, vocab_size: int, n_vocab: int) -> None:
+    def __init__(self, model: PatchLM, *, max_patch_size: int) -> None:
         super().__init__()
         self.model = model
-        self._flops_args = dict(max_patch_size=max_patch_size, vocab_size=vocab_size, n_vocab=n_vocab)
+        self.max_patch_size = max_patch_size
         self.train_metrics = {"BitsPerByte": BitsPerByte(), "LossPerSymbol": LossPerSymbol()}
         self.eval_metrics = {"BitsPerByte": BitsPerByte(), "LossPerSymbol": LossPerSymbol()}
 
@@ -43,4 +43,6 @@ class HierarchicalComposerModel(ComposerModel):
 
     def flops_per_batch(self, batch: dict[str, torch.Tensor]) -> float:
         B, N = batch["tokens"].shape
-        return B * train_flops_per_sample(self.model.cfg, seq_len=N, **self._flops_args)
+        return B * train_flops_per_sample(
+            self.model.cfg, seq_len=N, max_patch_size=self.max_patch_size, vocab_size=self.model.io.vocab_size
+        )

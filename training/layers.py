@@ -33,15 +33,18 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
 
 
 class KVCache:
-    """Keys and values of past positions for each layer of one transformer."""
+    """Keys and values of past positions for each layer of one transformer.
+
+    `length` counts the positions of *completed* forward passes: `Transformer.forward`
+    advances it once, after every layer has appended its keys. Reading the length off a
+    layer's tensors instead would give layers 1.. a start position already moved by
+    layer 0 of the same step, and their RoPE angles would be off by L.
+    """
 
     def __init__(self) -> None:
         self.k: dict[int, torch.Tensor] = {}
         self.v: dict[int, torch.Tensor] = {}
-
-    @property
-    def length(self) -> int:
-        return next(iter(self.k.values())).shape[2] if self.k else 0
+        self.length = 0
 
 
 class Attention(nn.Module):
@@ -126,4 +129,6 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         for i, block in enumerate(self.blocks):
             x = block(x, causal=causal, key_mask=key_mask, cache=cache, layer=i)
+        if cache is not None:
+            cache.length += x.shape[1]  # every layer of this pass used the same start position
         return self.norm(x)

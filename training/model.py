@@ -41,6 +41,19 @@ class PatchLM(nn.Module):
         return self.latent(e, causal=True, cache=cache)
 
 
+def parameter_counts(model: PatchLM) -> dict[str, int]:
+    """{latent, io, total} as the paper counts them: a tied matrix once.
+
+    `io` is the local encoder and decoder for the hierarchical model (with their symbol
+    embedding and head), the embedding matrix (and untied head) for the BPE baseline.
+    """
+
+    def count(m: nn.Module) -> int:
+        return sum(p.numel() for p in m.parameters())  # parameters() lists a shared tensor once
+
+    return {"latent": count(model.latent), "io": count(model.io), "total": count(model)}
+
+
 def _init_weights(m: nn.Module) -> None:
     if isinstance(m, (nn.Linear, nn.Embedding)):
         nn.init.normal_(m.weight, std=0.02)

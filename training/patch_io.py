@@ -127,7 +127,9 @@ class HierarchicalPatchIO(PatchIO):
 class BPEEmbeddingIO(PatchIO):
     """The BPE baseline: an embedding matrix and an output head over the first-stage vocabulary.
 
-    Reads the `tokens` column; EOD (-1) and PAD (-2) map to two extra ids.
+    Reads the `tokens` column; EOD (-1) and PAD (-2) map to two extra ids. With
+    `tie_embeddings` (the default, as in the paper, whose 123M / 359M BPE models are the
+    latent plus one matrix) the head reuses the embedding matrix.
     """
 
     def __init__(self, cfg: ModelConfig, *, n_vocab: int) -> None:
@@ -135,6 +137,8 @@ class BPEEmbeddingIO(PatchIO):
         self.n_vocab, self.vocab_size = n_vocab, n_vocab + 2
         self.embed = nn.Embedding(self.vocab_size, cfg.latent_dim)
         self.head = nn.Linear(cfg.latent_dim, self.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.head.weight = self.embed.weight
 
     def _ids(self, tokens: torch.Tensor) -> torch.Tensor:
         return torch.where(tokens < 0, self.n_vocab - 1 - tokens, tokens)  # -1 -> n, -2 -> n+1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,49 @@ def resolve_tokenizer(cfg: TrainConfig):
     return tok
 
 
+def check_save_folder(cfg: TrainConfig) -> None:
+    """Refuse to train into a folder that holds another run, unless asked to resume or replace it.
+
+    Composer would otherwise overwrite the old checkpoints as the new ones are saved (or fail
+    only at the first save), and `hbpe_run.json` would describe the new model beside old weights.
+    """
+    from training.run_files import RUN_FILE
+
+    if cfg.autoresume and cfg.save_overwrite:
+        raise ConfigError("autoresume=true and save_overwrite=true contradict each other: resume or replace, not both")
+    if cfg.autoresume or cfg.save_overwrite or "://" in cfg.save_folder:
+        return
+    folder = Path(cfg.save_folder)
+    if not folder.is_dir():
+        return
+    previous = sorted(p.name for p in folder.iterdir() if p.name == RUN_FILE or p.suffix == ".pt")
+    if previous:
+        raise ConfigError(
+            f"save_folder {folder} already holds a run ({', '.join(previous[:3])}); pass autoresume=true to continue "
+            "it, save_overwrite=true to replace it, or choose another save_folder"
+        )
+
+
+def guard_checkpoint_loading(cfg: TrainConfig, *, check_autoresume: bool) -> None:
+    """No checkpoint Composer loads may run code.
+
+    Composer unpickles checkpoints with `weights_only=False`. Its validation hook checks every
+    file right before it loads one (remote and sharded included); the explicit checks here give
+    the one-line error before the Trainer exists (DCP would wrap the hook's error in its own).
+    """
+    from composer.utils import format_name_with_dist
+
+    from training.checkpoint import ensure_safe_checkpoint
+
+    os.environ["CHECKPOINT_VALIDATION_FUNCTION"] = "training.checkpoint.composer_checkpoint_validator"
+    if cfg.load_path and "://" not in cfg.load_path:
+        ensure_safe_checkpoint(cfg.load_path)
+    if cfg.autoresume and check_autoresume:
+        latest = format_name_with_dist(os.path.join(cfg.save_folder, "latest-rank{rank}.pt"), cfg.run_name)
+        if os.path.exists(latest):  # Composer starts fresh when it is absent or dangling
+            ensure_safe_checkpoint(latest)
+
+
 def build_run(
     cfg: TrainConfig,
     *,
@@ -91,18 +135,23 @@ def build_run(
     from composer.algorithms import GradientClipping
     from composer.callbacks import LRMonitor, SpeedMonitor
     from composer.loggers import FileLogger
-    from composer.optim import ConstantWithWarmupScheduler, CosineAnnealingWithWarmupScheduler, DecoupledAdamW
     from composer.utils import dist, reproducibility
 
     from training.composer_model import HierarchicalComposerModel
     from training.data import build_dataloader, read_manifest
     from training.model import build_model
+    from training.optimizer import build_optimizer, build_scheduler
     from training.parallelize import attach_fsdp_hooks, parallelism_config
     from training.run_files import write_run_files
 
     reproducibility.seed_all(cfg.seed)
     device = _device(cfg)
     world = dist.get_world_size()
+    if world > 1:
+        dist.initialize_dist(device)  # early, for the barrier below (the Trainer reuses the process group)
+    if save_enabled:
+        check_save_folder(cfg)
+        dist.barrier()  # every rank has looked at the folder before rank 0 writes the run files into it
     if cfg.global_batch_size % world:
         raise ConfigError(f"global_batch_size {cfg.global_batch_size} is not divisible by the {world} processes")
     device_batch = cfg.global_batch_size // world
@@ -138,17 +187,10 @@ def build_run(
     model = attach_fsdp_hooks(
         build_model(mcfg, vocab_size=tok.vocab_size, max_patch_size=tok.max_patch_size, n_vocab=n_vocab)
     )
-    cmodel = HierarchicalComposerModel(
-        model, max_patch_size=tok.max_patch_size, vocab_size=tok.vocab_size, n_vocab=n_vocab
-    )
+    cmodel = HierarchicalComposerModel(model, max_patch_size=tok.max_patch_size)
     o = cfg.optim
-    optimizer = DecoupledAdamW(cmodel.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
-    if o.schedule == "cosine":
-        scheduler = CosineAnnealingWithWarmupScheduler(t_warmup=o.warmup, alpha_f=o.alpha_f)
-    elif o.schedule == "constant":
-        scheduler = ConstantWithWarmupScheduler(t_warmup=o.warmup)
-    else:
-        raise ConfigError(f"optim.schedule must be 'cosine' or 'constant', got {o.schedule!r}")
+    optimizer = build_optimizer(cmodel, o)
+    scheduler = build_scheduler(o)
 
     if save_enabled and dist.get_global_rank() == 0:
         write_run_files(cfg.save_folder, model_cfg=mcfg, tok=tok, seq_len=seq_len, train_config=cfg.to_dict())
@@ -160,6 +202,7 @@ def build_run(
     all_loggers = list(loggers or [])
     if cfg.log_file and save_enabled:
         all_loggers.append(FileLogger(filename=os.path.join(local_root, cfg.log_file), flush_interval=1))
+    guard_checkpoint_loading(cfg, check_autoresume=save_enabled and not remote_save)
     trainer = Trainer(
         model=cmodel,
         train_dataloader=train_dl,
@@ -185,7 +228,7 @@ def build_run(
         save_folder=cfg.save_folder if save_enabled else None,
         save_interval=cfg.save_interval,
         save_num_checkpoints_to_keep=cfg.save_num_checkpoints_to_keep,
-        save_overwrite=not cfg.autoresume,
+        save_overwrite=cfg.save_overwrite,
         autoresume=cfg.autoresume,
         load_path=cfg.load_path,
         progress_bar=False,

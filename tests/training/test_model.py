@@ -31,7 +31,7 @@ def test_bpb_of_a_uniform_model_is_exact(gpt2_tokenizer, sample_texts):
     tok = gpt2_tokenizer
     model = build_model(model_config("tiny"), vocab_size=tok.vocab_size, max_patch_size=10, n_vocab=50257)
     torch.nn.init.zeros_(model.io.head.weight)  # logits all zero: every symbol has p = 1/V'
-    cm = HierarchicalComposerModel(model, max_patch_size=10, vocab_size=tok.vocab_size, n_vocab=50257)
+    cm = HierarchicalComposerModel(model, max_patch_size=10)
     batch = _batch(tok, sample_texts[:1])
     out = cm(batch)
     metric = cm.get_metrics(is_train=False)["BitsPerByte"]
