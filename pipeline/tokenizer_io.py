@@ -20,7 +20,7 @@ from pipeline import first_stage
 from pipeline.hbpe_train import train_for_encoding
 from pipeline.tokenizer import HierarchicalTokenizer
 from schemas.canonical import pretty_json, sha256_hex
-from schemas.errors import ArtifactError
+from schemas.errors import ArtifactError, HbpeError
 from schemas.tokenizer_artifact import (
     RANK_FILENAME,
     SPEC_FILENAME,
@@ -112,5 +112,25 @@ def load(path: str | os.PathLike) -> HierarchicalTokenizer:
             f"{fs.rank_file_sha256[:16]}...; restore the original file or retrain"
         )
     ranks = first_stage.parse_rank_file(data, source=str(rank_path))
-    enc = tiktoken.Encoding(name=fs.name, pat_str=fs.pattern, mergeable_ranks=ranks, special_tokens=fs.special_tokens)
-    return HierarchicalTokenizer(enc, spec)
+    spec_path = Path(path) / SPEC_FILENAME
+    fix = "restore the tokenizer directory from its source or retrain it with `hbpe tokenizer train`"
+    clash = sorted(set(fs.special_tokens.values()) & set(ranks.values()))
+    if clash:
+        raise ArtifactError(f"{spec_path}: special token ids {clash[:3]} are also ranks of {rank_path.name}; {fix}")
+    try:
+        enc = tiktoken.Encoding(
+            name=fs.name, pat_str=fs.pattern, mergeable_ranks=ranks, special_tokens=fs.special_tokens
+        )
+    except ValueError as e:  # the split pattern does not compile (tiktoken's regex engine says where)
+        raise ArtifactError(f"{spec_path}: first_stage.pattern is not a valid split pattern ({e}); {fix}") from None
+    if enc.n_vocab != fs.n_vocab:
+        raise ArtifactError(
+            f"{spec_path}: first_stage.n_vocab is {fs.n_vocab}, but {rank_path.name} and the special tokens give "
+            f"{enc.n_vocab}; {fix}"
+        )
+    try:
+        return HierarchicalTokenizer(enc, spec)
+    except ArtifactError:
+        raise
+    except HbpeError as e:  # e.g. merges learned for a larger S than the spec now says
+        raise ArtifactError(f"{spec_path}: the second stage does not fit this first stage ({e}); {fix}") from None

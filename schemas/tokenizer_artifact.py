@@ -23,6 +23,42 @@ SCHEMA_VERSION = 1
 SPEC_FILENAME = "tokenizer.json"
 RANK_FILENAME = "first_stage.tiktoken"
 MODES = ("full", "minimal")
+# S is bounded by the uint8 patch lengths of the [n_vocab, S] table; V' by the uint16 `patches` shard column
+MAX_PATCH_SIZE_LIMIT = 255
+MAX_VOCAB_SIZE = 1 << 16
+_FIX = "restore the tokenizer directory from its source or retrain it with `hbpe tokenizer train`"
+
+
+def _is_int(value: Any) -> bool:
+    # JSON `true` is a Python bool, an int subclass: it must not pass as 1
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ArtifactError(message)
+
+
+def _block(d: Any, name: str) -> dict[str, Any]:
+    if not isinstance(d, dict):
+        raise ArtifactError(f"{name} must be a JSON object, got {d!r:.80}")
+    return d
+
+
+def _key(d: dict[str, Any], block: str, key: str) -> Any:
+    _require(key in d, f"{block} has no {key!r} entry")
+    return d[key]
+
+
+def _is_plain_file_name(name: Any) -> bool:
+    """A name that stays inside the artifact directory: no separator, no `..`, not absolute, not empty."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+    )
 
 
 @dataclass(frozen=True)
@@ -36,6 +72,33 @@ class FirstStageSpec:
     n_vocab: int
     rank_file: str = RANK_FILENAME
 
+    def __post_init__(self) -> None:
+        for key in ("name", "pattern"):
+            value = getattr(self, key)
+            _require(
+                isinstance(value, str) and value != "", f"first_stage.{key} must be a non-empty string, got {value!r}"
+            )
+        _require(
+            isinstance(self.special_tokens, dict)
+            and all(isinstance(k, str) and _is_int(v) and v >= 0 for k, v in self.special_tokens.items()),
+            f"first_stage.special_tokens must map strings to non-negative integer ids, got {self.special_tokens!r:.80}",
+        )
+        sha = self.rank_file_sha256
+        _require(
+            isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha),
+            f"first_stage.rank_file_sha256 must be 64 lowercase hex digits, got {sha!r:.80}",
+        )
+        _require(
+            _is_int(self.n_vocab) and self.n_vocab > 0,
+            f"first_stage.n_vocab must be a positive integer, got {self.n_vocab!r}",
+        )
+        # the rank file is read from the artifact directory: a path here could read any file on the machine
+        _require(
+            _is_plain_file_name(self.rank_file),
+            f"first_stage.rank_file must be a plain file name inside the tokenizer directory (like {RANK_FILENAME!r}), "
+            f"got {self.rank_file!r}",
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -48,12 +111,13 @@ class FirstStageSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FirstStageSpec:
+        """Values are taken as they are, not cast: `__post_init__` refuses a wrong type instead of guessing."""
+        d = _block(d, "first_stage")
         return cls(
-            name=d["name"],
-            pattern=d["pattern"],
-            special_tokens={k: int(v) for k, v in d["special_tokens"].items()},
-            rank_file_sha256=d["rank_file_sha256"],
-            n_vocab=int(d["n_vocab"]),
+            **{
+                k: _key(d, "first_stage", k)
+                for k in ("name", "pattern", "special_tokens", "rank_file_sha256", "n_vocab")
+            },
             rank_file=d.get("rank_file", RANK_FILENAME),
         )
 
@@ -75,10 +139,52 @@ class SecondStageSpec:
     id_layout: dict[str, Any] = field(default_factory=lambda: dict(symbols.ID_LAYOUT))
 
     def __post_init__(self) -> None:
-        if self.max_patch_size < 2:
-            raise ArtifactError(f"max_patch_size must be >= 2 (one byte + EOP), got {self.max_patch_size}")
-        if self.mode not in MODES:
-            raise ArtifactError(f"mode must be one of {MODES}, got {self.mode!r}")
+        S = self.max_patch_size
+        _require(_is_int(S), f"second_stage.max_patch_size must be an integer, got {S!r}")
+        _require(S >= 2, f"second_stage.max_patch_size must be >= 2 (one byte + EOP), got {S}")
+        _require(S <= MAX_PATCH_SIZE_LIMIT, f"second_stage.max_patch_size must be <= {MAX_PATCH_SIZE_LIMIT}, got {S}")
+        _require(
+            isinstance(self.mode, str) and self.mode in MODES,
+            f"second_stage.mode must be one of {MODES}, got {self.mode!r}",
+        )
+        _require(
+            self.id_layout == symbols.ID_LAYOUT,
+            f"second_stage.id_layout {self.id_layout!r:.120} differs from this hbpe's {symbols.ID_LAYOUT}",
+        )
+        self._check_merges()
+
+    def _check_merges(self) -> None:
+        """Merge k (0-based) may only join bytes, EOP and earlier merges; anything else breaks the table build.
+
+        A later or unknown id raises IndexError in the tokenizer, and a negative one silently
+        indexes from the end; PAD and EOD are never inside a patch.
+        """
+        merges = self.merges
+        _require(
+            isinstance(merges, (tuple, list)),
+            f"second_stage.merges must be a list of [left, right] id pairs, got {merges!r:.80}",
+        )
+        limit = MAX_VOCAB_SIZE - symbols.FIRST_MERGE_ID
+        _require(
+            len(merges) <= limit,
+            f"second_stage.merges: {len(merges)} merges exceed the {limit} that fit uint16 patch ids",
+        )
+        for k, pair in enumerate(merges):
+            # explicit ifs, not _require: the messages are built only on failure (o200k has thousands of merges)
+            if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(_is_int(i) for i in pair)):
+                shown = list(pair) if isinstance(pair, tuple) else pair  # as it reads in the JSON file
+                raise ArtifactError(
+                    f"second_stage.merges[{k}] must be a [left, right] pair of integer ids, got {shown!r:.80}"
+                )
+            top = symbols.FIRST_MERGE_ID + k  # merge k's own id: only ids below it may appear
+            for i in pair:
+                if not (0 <= i <= symbols.EOP or symbols.FIRST_MERGE_ID <= i < top):
+                    earlier = f" or {symbols.FIRST_MERGE_ID}..{top - 1} (earlier merges)" if k else ""
+                    raise ArtifactError(
+                        f"second_stage.merges[{k}] = {list(pair)} uses id {i}, but merge {k} may only use ids "
+                        f"0..{symbols.EOP} (bytes and EOP){earlier}; PAD {symbols.PAD} and EOD {symbols.EOD} never "
+                        "appear in merges"
+                    )
 
     @property
     def vocab_size(self) -> int:
@@ -96,12 +202,24 @@ class SecondStageSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SecondStageSpec:
-        return cls(
-            max_patch_size=int(d["max_patch_size"]),
-            mode=d["mode"],
-            merges=tuple((int(a), int(b)) for a, b in d["merges"]),
+        """Values are taken as they are, not cast: `__post_init__` refuses a wrong type instead of guessing."""
+        d = _block(d, "second_stage")
+        merges = _key(d, "second_stage", "merges")
+        if isinstance(merges, list):  # JSON pairs are lists; the spec holds tuples (checked in __post_init__)
+            merges = tuple(tuple(m) if isinstance(m, list) else m for m in merges)
+        spec = cls(
+            max_patch_size=_key(d, "second_stage", "max_patch_size"),
+            mode=_key(d, "second_stage", "mode"),
+            merges=merges,
             id_layout=d.get("id_layout", dict(symbols.ID_LAYOUT)),
         )
+        # vocab_size is derived (259 + merges); a stored one that disagrees means the merges were cut or padded
+        stored = d.get("vocab_size", spec.vocab_size)
+        _require(
+            stored == spec.vocab_size and _is_int(stored),
+            f"second_stage.vocab_size is {stored!r}, but {len(spec.merges)} merges give {spec.vocab_size}",
+        )
+        return spec
 
 
 @dataclass(frozen=True)
@@ -132,6 +250,8 @@ class TokenizerSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, source: str = "tokenizer.json") -> TokenizerSpec:
+        if not isinstance(d, dict):
+            raise ArtifactError(f"{source}: expected a JSON object, got {type(d).__name__}; {_FIX}")
         if d.get("format") != FORMAT_NAME:
             raise ArtifactError(
                 f"{source}: format is {d.get('format')!r}, expected {FORMAT_NAME!r}; "
@@ -145,12 +265,12 @@ class TokenizerSpec:
             )
         try:
             spec = cls(
-                first_stage=FirstStageSpec.from_dict(d["first_stage"]),
-                second_stage=SecondStageSpec.from_dict(d["second_stage"]),
-                hbpe_version=d.get("hbpe_version", ""),
+                first_stage=FirstStageSpec.from_dict(_key(d, "tokenizer.json", "first_stage")),
+                second_stage=SecondStageSpec.from_dict(_key(d, "tokenizer.json", "second_stage")),
+                hbpe_version=str(d.get("hbpe_version", "")),
             )
-        except (KeyError, TypeError, ValueError) as e:
-            raise ArtifactError(f"{source}: malformed tokenizer spec ({e!r})") from e
+        except ArtifactError as e:  # one line: which file, what is wrong, the fix
+            raise ArtifactError(f"{source}: malformed tokenizer spec: {e}; {_FIX}") from None
         if d.get("fingerprint") != spec.fingerprint:
             raise ArtifactError(
                 f"{source}: fingerprint mismatch (stored {d.get('fingerprint')!r}, content "

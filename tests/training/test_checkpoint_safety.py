@@ -1,0 +1,269 @@
+"""Loading a checkpoint never runs code from it, and a broken one gives one clear error line."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from hbpe.cli import main
+from schemas.errors import ArtifactError
+from tests.conftest import REPO
+from training.checkpoint import composer_checkpoint_validator, ensure_safe_checkpoint, load_model, safe_torch_load
+
+
+class _Payload:
+    """Unpickling this calls open(marker, "w"): the file appears only if the loader ran the file's code."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+@pytest.fixture(scope="module")
+def run_dir(sample_shards, tmp_path_factory) -> Path:
+    """A real `hbpe train` save folder: 2 batches of the tiny model, one checkpoint."""
+    from tests.training.test_train import _cfg
+    from training.trainer import train
+
+    folder = tmp_path_factory.mktemp("ckpt") / "run"
+    train(_cfg(sample_shards, folder, "max_duration=2ba", "eval_interval=2ba", "save_interval=2ba"))
+    assert (folder / "latest-rank0.pt").is_symlink()
+    return folder
+
+
+@pytest.fixture
+def payload_ckpt(run_dir, tmp_path) -> tuple[Path, Path]:
+    """(checkpoint, marker): the real checkpoint plus one object whose unpickling creates `marker`."""
+    marker = tmp_path / "payload-ran"
+    obj = torch.load(run_dir / "latest-rank0.pt", map_location="cpu", weights_only=False)  # our own file
+    obj["state"]["integrations"] = {"x": _Payload(marker)}
+    path = run_dir / f"evil-{tmp_path.name}.pt"  # beside hbpe_run.json, so load_model gets as far as torch.load
+    torch.save(obj, path)
+    return path, marker
+
+
+def _broken(run_dir: Path, kind: str) -> Path:
+    good = (run_dir / "latest-rank0.pt").read_bytes()
+    data = {"empty": b"", "random": np.random.default_rng(0).bytes(4096), "truncated": good[: len(good) // 2]}[kind]
+    path = run_dir / f"{kind}.pt"
+    path.write_bytes(data)
+    return path
+
+
+BROKEN = {
+    "empty": r"checkpoint .*empty\.pt is empty; use a checkpoint written by `hbpe train`",
+    "random": r"random\.pt is not a PyTorch zip archive \(4096 bytes: truncated, or not a checkpoint\)",
+    "truncated": r"truncated\.pt is not a PyTorch zip archive \(\d+ bytes: truncated, or not a checkpoint\)",
+}
+
+
+def test_real_checkpoint_passes_and_loads(run_dir):
+    ensure_safe_checkpoint(run_dir / "latest-rank0.pt")  # Composer's symlink, as autoresume finds it
+    ensure_safe_checkpoint(str(next(run_dir.glob("ep0-ba2-rank0.pt"))))
+    assert composer_checkpoint_validator(str(run_dir / "latest-rank0.pt")) is True
+    obj = safe_torch_load(run_dir / "latest-rank0.pt")
+    assert obj["state"]["timestamp"]["Timestamp"]["batch"] == 2 and isinstance(obj["rng"][0]["numpy"][1], np.ndarray)
+    model, tok, meta = load_model(str(run_dir))
+    assert not model.training and tok.max_patch_size == meta["max_patch_size"] == 10
+
+
+def test_payload_is_refused_and_never_runs(payload_ckpt):
+    path, marker = payload_ckpt
+    with pytest.raises(ArtifactError, match=r"evil-.*\.pt refused: it holds [\w.]*open, which a checkpoint written"):
+        load_model(str(path))
+    with pytest.raises(ArtifactError, match=r"refused: .*whose unpickling could run code; use a checkpoint written"):
+        ensure_safe_checkpoint(path)
+    assert not marker.exists()
+
+
+def test_payload_is_refused_in_composers_own_loader(payload_ckpt, monkeypatch):
+    """Composer's load (`load_path`, autoresume) asks CHECKPOINT_VALIDATION_FUNCTION before its unsafe torch.load."""
+    from composer.utils.checkpoint import safe_torch_load as composer_load
+
+    path, marker = payload_ckpt
+    monkeypatch.setenv("CHECKPOINT_VALIDATION_FUNCTION", "training.checkpoint.composer_checkpoint_validator")
+    with pytest.raises(ArtifactError, match="refused"):
+        composer_load(str(path))
+    assert not marker.exists()
+    monkeypatch.delenv("CHECKPOINT_VALIDATION_FUNCTION")
+    composer_load(str(path))  # without the hook, Composer runs the payload: the danger the hook removes
+    assert marker.exists()
+
+
+def test_remote_paths_and_plain_folders_are_refused(tmp_path):
+    with pytest.raises(ArtifactError, match=r"s3://b/c\.pt: remote checkpoints are not verified before loading"):
+        ensure_safe_checkpoint("s3://b/c.pt")
+    with pytest.raises(ArtifactError, match=r"is a directory without \.metadata: not a checkpoint"):
+        ensure_safe_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+def test_broken_checkpoint_is_one_clear_error(run_dir, kind):
+    path = _broken(run_dir, kind)
+    with pytest.raises(ArtifactError, match=BROKEN[kind]):
+        load_model(str(path))
+    with pytest.raises(ArtifactError, match=BROKEN[kind]):
+        ensure_safe_checkpoint(path)
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+def test_broken_checkpoint_in_the_cli(run_dir, sample_shards, kind):
+    path = _broken(run_dir, kind)
+    r = CliRunner().invoke(main, ["eval", "--checkpoint", str(path), "--data", str(sample_shards[1])])
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith("error: checkpoint ") and len(r.output.strip().splitlines()) == 1, r.output
+    assert "Traceback" not in r.output and "Aborted" not in r.output
+
+
+def test_weights_of_another_shape_are_one_clear_error(run_dir, tmp_path):
+    obj = safe_torch_load(run_dir / "latest-rank0.pt")
+    key = next(k for k, v in obj["state"]["model"].items() if v.ndim == 2)
+    obj["state"]["model"][key] = torch.zeros(3, 3)
+    path = run_dir / f"reshaped-{tmp_path.name}.pt"
+    torch.save(obj, path)
+    with pytest.raises(ArtifactError, match=r"weights do not fit the model in hbpe_run.json \(.*size mismatch"):
+        load_model(str(path))
+
+
+# ---- sharded FSDP checkpoints (FSDP2's default): `.metadata` is a plain pickle, non-tensor items are torch.save blobs
+
+
+@pytest.fixture(scope="module")
+def sharded_run(sample_shards, tmp_path_factory) -> Path:
+    """A real sharded checkpoint: FSDP2 (sharded state dict, its default) on 1 process over gloo, 2 batches."""
+    train_dir, eval_dir = sample_shards
+    folder = tmp_path_factory.mktemp("sharded") / "run"
+    with socket.socket() as sock:  # a free port, so parallel or repeated runs never collide
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    overrides = [f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={folder}", "max_duration=2ba"]
+    overrides += ["eval_interval=2ba", "save_interval=2ba", "fsdp={version: 2}", "log_interval=100ba"]
+    cmd = [sys.executable, "-m", "composer.cli.launcher", "-n", "1", "--master_port", str(port)]
+    cmd += ["-m", "training.launch", "tiny", *overrides]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    assert (folder / "latest-rank0.pt" / ".metadata").is_file()
+    return folder
+
+
+def _copy_sharded(sharded_run: Path, tmp_path: Path) -> tuple[Path, object]:
+    ckpt = shutil.copytree((sharded_run / "latest-rank0.pt").resolve(), tmp_path / "ep0-ba2")
+    with (ckpt / ".metadata").open("rb") as f:
+        return ckpt, pickle.load(f)  # our own file
+
+
+def _dcp_load_batch(ckpt: Path) -> object:
+    """Read one non-tensor item the way Composer resumes a sharded checkpoint (its reader, torch's planner)."""
+    import torch.distributed.checkpoint as dcp
+    from composer.utils.checkpoint import FileSystemReaderWithValidation
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    sd = {"state": {"timestamp": {"Timestamp": {"batch": -1}}}}
+    reader = FileSystemReaderWithValidation(str(ckpt))
+    dcp.load(sd, storage_reader=reader, planner=DefaultLoadPlanner(allow_partial_load=True), no_dist=True)
+    return sd["state"]["timestamp"]["Timestamp"]["batch"]
+
+
+def test_sharded_checkpoint_passes(sharded_run, monkeypatch):
+    latest = sharded_run / "latest-rank0.pt"  # a symlink to the checkpoint folder, as autoresume finds it
+    ensure_safe_checkpoint(latest)
+    assert composer_checkpoint_validator(latest / ".metadata")
+    assert composer_checkpoint_validator(latest / "__0_0.distcp", [(0, 10)])
+    monkeypatch.setenv("CHECKPOINT_VALIDATION_FUNCTION", "training.checkpoint.composer_checkpoint_validator")
+    assert _dcp_load_batch(latest.resolve()) == 2
+    with pytest.raises(ArtifactError, match=r"is a sharded FSDP checkpoint; hbpe eval/generate read monolithic"):
+        load_model(str(sharded_run))
+
+
+def test_sharded_metadata_payload_is_refused(sharded_run, tmp_path):
+    ckpt, md = _copy_sharded(sharded_run, tmp_path)
+    marker = tmp_path / "payload-ran"
+    md.planner_data["x"] = _Payload(marker)
+    with (ckpt / ".metadata").open("wb") as f:
+        pickle.dump(md, f)
+    with pytest.raises(ArtifactError, match=r"ep0-ba2/\.metadata refused: it holds [\w.]*open, which a checkpoint"):
+        ensure_safe_checkpoint(ckpt)
+    with pytest.raises(ArtifactError, match=r"\.metadata refused"):
+        composer_checkpoint_validator(ckpt / ".metadata")
+    assert not marker.exists()
+
+
+def test_sharded_item_payload_is_refused_also_in_composers_reader(sharded_run, tmp_path, monkeypatch):
+    """A non-tensor item replaced by a payload blob: torch's planner would torch.load it with weights_only=False."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    ckpt, md = _copy_sharded(sharded_run, tmp_path)
+    marker = tmp_path / "payload-ran"
+    blob = io.BytesIO()
+    torch.save(_Payload(marker), blob)
+    data = ckpt / "__0_0.distcp"
+    offset = data.stat().st_size
+    data.write_bytes(data.read_bytes() + blob.getvalue())
+    (index,) = [i for i in md.storage_data if i.fqn == "state.timestamp.Timestamp.batch"]
+    md.storage_data[index] = dataclasses.replace(md.storage_data[index], offset=offset, length=len(blob.getvalue()))
+    with (ckpt / ".metadata").open("wb") as f:
+        pickle.dump(md, f)
+
+    item_refused = r"__0_0\.distcp: item state\.timestamp\.Timestamp\.batch refused: it holds [\w.]*open"
+    with pytest.raises(ArtifactError, match=item_refused):
+        ensure_safe_checkpoint(ckpt)
+    monkeypatch.setenv("CHECKPOINT_VALIDATION_FUNCTION", "training.checkpoint.composer_checkpoint_validator")
+    # torch.distributed.checkpoint wraps what its reader raises (per rank): our line arrives inside its exception
+    with pytest.raises(CheckpointException, match=item_refused):
+        _dcp_load_batch(ckpt)
+    assert not marker.exists()
+    monkeypatch.delenv("CHECKPOINT_VALIDATION_FUNCTION")
+    opened = _dcp_load_batch(ckpt)  # without the hook the payload runs: the danger the hook removes
+    assert marker.exists()
+    opened.close()
+
+
+def _bytes_item(md, fqn="state.timestamp.Timestamp.batch"):
+    (index,) = [i for i in md.storage_data if i.fqn == fqn]
+    return index
+
+
+def _repoint(**changes):
+    def edit(md):
+        index = _bytes_item(md)
+        md.storage_data[index] = dataclasses.replace(md.storage_data[index], **changes)
+        return md
+
+    return edit
+
+
+SHARDED_BROKEN = {
+    "truncated-metadata": (None, r"sharded checkpoint .*ep0-ba2/\.metadata is corrupt \(\w+Error"),
+    "not-metadata": (lambda md: {"not": "metadata"}, r"\.metadata holds a dict, not checkpoint metadata"),
+    "item-outside": (_repoint(relative_path="../x.distcp"), r"data file '\.\./x\.distcp' is outside the folder"),
+    "item-transformed": (_repoint(transform_descriptors=["zstd"]), r"Timestamp\.batch is stored transformed"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHARDED_BROKEN))
+def test_broken_sharded_checkpoint_is_one_clear_error(sharded_run, tmp_path, case):
+    edit, message = SHARDED_BROKEN[case]
+    ckpt, md = _copy_sharded(sharded_run, tmp_path)
+    meta = ckpt / ".metadata"
+    if edit is None:
+        meta.write_bytes(meta.read_bytes()[:1000])
+    else:
+        with meta.open("wb") as f:
+            pickle.dump(edit(md), f)
+    with pytest.raises(ArtifactError, match=message):
+        ensure_safe_checkpoint(ckpt)
