@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -39,8 +40,25 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option(
         "--tokenizer", "tokenizer_dir", required=True, help="Tokenizer directory from `hbpe tokenizer train`."
     )
-    @click.option("--input", "inputs", multiple=True, required=True, help="File, directory, glob or URI (repeatable).")
-    @click.option("--output", required=True, help="Output directory (local or gs://, s3://).")
+    @click.option(
+        "--input",
+        "inputs",
+        multiple=True,
+        required=True,
+        help="File, directory, glob (quoted: 'DIR/*.jsonl') or URI (repeatable). Directories are read "
+        "recursively, hidden files skipped.",
+    )
+    @click.option(
+        "--exclude",
+        "excludes",
+        multiple=True,
+        help="Leave out files whose name or path matches this glob, e.g. '*.md' (repeatable).",
+    )
+    @click.option(
+        "--output",
+        required=True,
+        help="Output directory (local or gs://, s3://); missing parent folders are created.",
+    )
     @click.option(
         "--seq-len", type=click.IntRange(min=1), default=1024, show_default=True, help="Patches per sample (N)."
     )
@@ -70,13 +88,19 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option(
         "--shard-mb", type=click.IntRange(min=1), default=64, show_default=True, help="Target uncompressed shard size."
     )
-    @click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
+    @click.option(
+        "--overwrite",
+        is_flag=True,
+        help="Replace an earlier conversion's output, once the new one is complete (files hbpe did not write "
+        "are never deleted: such an output is refused).",
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
     @click.pass_context
     def convert(
         ctx: click.Context,
         tokenizer_dir: str,
         inputs: tuple[str, ...],
+        excludes: tuple[str, ...],
         output: str,
         seq_len: int,
         text_field: str,
@@ -97,12 +121,13 @@ def register(main: click.Group, bench: click.Group) -> None:
         """
         import logging
 
-        from pipeline.beam.convert import run_convert
+        from pipeline.beam.convert import ConversionInterrupted, run_convert
         from schemas.convert_config import ConvertConfig
 
         logging.getLogger("apache_beam").setLevel(logging.ERROR)
         cfg = ConvertConfig(
             inputs=inputs,
+            excludes=excludes,
             output=output,
             tokenizer=tokenizer_dir,
             seq_len=seq_len,
@@ -115,12 +140,17 @@ def register(main: click.Group, bench: click.Group) -> None:
             split_bytes=split_mb << 20,
             shard_bytes=shard_mb << 20,
         )
-        m = run_convert(
-            cfg,
-            list(ctx.args),
-            overwrite=overwrite,
-            on_start=lambda units: click.echo(f"converting {len(units)} work units -> {output}", err=True),
-        )
+        shown = output if "://" in output else os.path.abspath(output)  # a mistyped path shows at once
+        try:
+            m = run_convert(
+                cfg,
+                list(ctx.args),
+                overwrite=overwrite,
+                on_start=lambda units: click.echo(f"converting {len(units)} work units -> {shown}", err=True),
+            )
+        except ConversionInterrupted as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(128 + e.signum)  # the shell's convention for "killed by signal N"
         click.echo(json.dumps(m, indent=2, sort_keys=True) if as_json else render_summary(m))
 
     @main.group("shards", cls=group_cls)

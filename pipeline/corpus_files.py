@@ -9,10 +9,12 @@ output still follows file order.
 from __future__ import annotations
 
 import bz2
+import fnmatch
+import glob
 import gzip
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from pipeline.documents import (
@@ -28,6 +30,8 @@ from schemas.errors import ConfigError
 
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bzip2"}
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".txt": "text", ".parquet": "parquet"}
+KNOWN_SUFFIXES = ".jsonl/.json/.ndjson, .txt or .parquet, optionally compressed as .gz, .zst or .bz2"
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,13 @@ class WorkUnit:
 
 def detect(path: str) -> tuple[str, str | None]:
     """(format, compression) from the file name, e.g. 'a.jsonl.zst' -> ('jsonl', 'zstd')."""
+    found = detect_or_none(path)
+    if found is None:
+        raise ConfigError(f"cannot tell the format of {path}: use {KNOWN_SUFFIXES}")
+    return found
+
+
+def detect_or_none(path: str) -> tuple[str, str | None] | None:
     name = path.lower()
     compression = None
     for suffix, kind in COMPRESSIONS.items():
@@ -63,10 +74,58 @@ def detect(path: str) -> tuple[str, str | None]:
     for suffix, fmt in FORMATS.items():
         if name.endswith(suffix):
             return fmt, compression
-    raise ConfigError(
-        f"cannot tell the format of {path}: use .jsonl/.json/.ndjson, .txt or .parquet, "
-        "optionally compressed as .gz, .zst or .bz2"
-    )
+    return None
+
+
+def resolve_inputs(
+    patterns: Iterable[str], *, excludes: Iterable[str] = (), skip_prefixes: Iterable[str] = ()
+) -> list[str]:
+    """Expand files, directories and globs (local or URI) into a sorted, de-duplicated list of corpus files.
+
+    Directories are walked recursively; like glob, the walk skips hidden files and folders
+    (.DS_Store, .git/). A file is left out when an exclude pattern matches its name, its path
+    relative to the directory given, or its path, e.g. '*.md', '.DS_Store', 'docs/*'; and when
+    its real path starts with one of `skip_prefixes` (the output directory: hbpe's own outputs
+    are never inputs). Files whose format the name does not tell are refused together, listed.
+    """
+    excludes, skip = tuple(excludes), tuple(skip_prefixes)
+
+    def excluded(path: str, root: str | None) -> bool:
+        names = [os.path.basename(path), path] + ([os.path.relpath(path, root)] if root else [])
+        return any(fnmatch.fnmatch(n, pat) for pat in excludes for n in names)
+
+    found: set[str] = set()
+    unknown: list[str] = []
+    for pat in patterns:
+        root = None
+        if "://" in pat:
+            from apache_beam.io.filesystems import FileSystems
+
+            matches = [m.path for m in FileSystems.match([pat])[0].metadata_list]
+        elif os.path.isdir(pat):
+            root = pat
+            matches = [p for p in glob.glob(os.path.join(pat, "**", "*"), recursive=True) if os.path.isfile(p)]
+        else:
+            matches = [p for p in glob.glob(pat, recursive=True) if os.path.isfile(p)]
+        if skip:
+            matches = [p for p in matches if "://" in p or not os.path.realpath(p).startswith(skip)]
+        kept = [p for p in matches if not excluded(p, root)]
+        if not kept:
+            why = f" (all {len(matches)} excluded by --exclude)" if matches else ""
+            raise ConfigError(f"--input {pat!r} matches no file{why}; check the path or quote the glob")
+        unknown += [p for p in kept if detect_or_none(p) is None]
+        found.update(kept)
+    if unknown:
+        unknown = sorted(set(unknown))
+        shown = ", ".join(unknown[:5]) + (f" ... ({len(unknown)} in all)" if len(unknown) > 5 else "")
+        ext = os.path.splitext(unknown[0])[1]
+        example = f"*{ext}" if ext else os.path.basename(unknown[0])
+        raise ConfigError(
+            f"the inputs hold {len(unknown)} file(s) of unknown format: {shown}; hbpe reads {KNOWN_SUFFIXES}: "
+            f"leave the others out with --exclude GLOB (repeatable, e.g. --exclude '{example}'), "
+            "or select files with a glob such as --input 'DIR/*.jsonl'"
+        )
+    return sorted(found)
 
 
 def open_raw(path: str) -> io.RawIOBase | io.BufferedIOBase:
@@ -103,12 +162,15 @@ class _ZstdReader(io.RawIOBase):
         self._zstd = zstandard
         self._raw, self._dobj, self._buf = raw, zstandard.ZstdDecompressor().decompressobj(), b""
         self._in_frame = False
+        self._error: OSError | None = None  # raised once the text decoded before it has been read
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b) -> int:
         while not self._buf:
+            if self._error:
+                raise self._error
             chunk = self._raw.read(1 << 20)
             if not chunk:
                 if self._in_frame:
@@ -116,7 +178,12 @@ class _ZstdReader(io.RawIOBase):
                 return 0
             while chunk:
                 self._in_frame = True
-                self._buf += self._dobj.decompress(chunk)
+                try:
+                    self._buf += self._dobj.decompress(chunk)
+                except self._zstd.ZstdError as e:
+                    # ZstdError is a bare Exception; as OSError it is a reject like a bad gzip, not a crash
+                    self._error = OSError(f"not zstd data, or corrupt: {e}")
+                    break
                 if self._dobj.eof:
                     chunk = self._dobj.unused_data
                     self._dobj = self._zstd.ZstdDecompressor().decompressobj()
@@ -177,13 +244,18 @@ def iter_unit(unit: WorkUnit, policy: RecordPolicy, *, text_unit: str = "file") 
             return
         with open_decompressed(unit.path, unit.compression) as f:
             if unit.format == "text" and text_unit == "file":
-                yield parse_text_record(f.read(), source=unit.path, offset=0, line=1, policy=policy)
+                yield parse_text_record(_strip_bom(f.read()), source=unit.path, offset=0, line=1, policy=policy)
                 return
             parse = parse_json_record if unit.format == "jsonl" else parse_text_record
             for offset, line_no, raw in _iter_lines(f, unit.start, unit.end):
                 yield parse(raw, source=unit.path, offset=offset, line=line_no, policy=policy)
     except (OSError, EOFError, ValueError) as e:  # truncated/corrupt gzip, bz2, zstd; unreadable file
         yield Reject(source=unit.path, offset=offset, reason=UNREADABLE_INPUT, detail=f"{type(e).__name__}: {e}")
+
+
+def _strip_bom(data: bytes) -> bytes:
+    """Drop a UTF-8 byte order mark: editors on Windows write one, and it is no part of the text."""
+    return data[len(UTF8_BOM) :] if data.startswith(UTF8_BOM) else data
 
 
 def _iter_lines(f: io.BufferedIOBase, start: int, end: int | None) -> Iterator[tuple[int, int | None, bytes]]:
@@ -198,6 +270,8 @@ def _iter_lines(f: io.BufferedIOBase, start: int, end: int | None) -> Iterator[t
             break
         record_at = pos
         pos += len(raw)
+        if record_at == 0:
+            raw = _strip_bom(raw)  # only the file's first line can carry one; json.loads rejects it
         if raw.endswith(b"\n"):
             raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
         yield record_at, line_no, raw

@@ -13,6 +13,7 @@ class ConvertConfig:
     inputs: tuple[str, ...]
     output: str
     tokenizer: str
+    excludes: tuple[str, ...] = ()  # globs of files that directory and glob inputs leave out, e.g. "*.md"
     seq_len: int = 1024  # N: patches per sample
     text_field: str = "text"
     id_field: str | None = "id"
@@ -48,8 +49,9 @@ class ConvertConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["inputs"] = list(self.inputs)
+        d["excludes"] = list(self.excludes)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ConvertConfig:
-        return cls(**{**d, "inputs": tuple(d["inputs"])})
+        return cls(**{**d, "inputs": tuple(d["inputs"]), "excludes": tuple(d.get("excludes", ()))})

@@ -8,13 +8,22 @@
 
 DirectRunner on all local cores is the default; any other runner (Dataflow, Flink,
 Spark, Portable) comes from standard Beam pipeline options, with no code change.
+
+The launcher checks everything it can before it writes anything (tokenizer, inputs,
+Beam options, what the output holds), builds a new output into an empty folder
+(OUTPUT itself when it is new or empty, else OUTPUT/.hbpe-new-XXXXXXXX, on the same
+filesystem or bucket) and puts it in place only when it is complete. A failure, SIGINT or SIGTERM removes what
+the run wrote, stops its Beam worker processes, and leaves a previous output as it was.
 """
 
 from __future__ import annotations
 
-import glob
+import contextlib
+import io
 import os
+import signal
 import time
+import uuid
 from collections.abc import Callable
 
 import apache_beam as beam
@@ -22,41 +31,51 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from pipeline.beam import fs
 from pipeline.beam.encode import EncodeUnits
-from pipeline.beam.finalize import FinalizeContext, finalize_output
-from pipeline.beam.progress import ProgressLine
+from pipeline.beam.finalize import (
+    STAGING_DIRNAME,
+    FinalizeContext,
+    discard_hbpe_entries,
+    finalize_output,
+    is_hbpe_entry,
+    replace_output,
+)
+from pipeline.beam.progress import ProgressLine, StopWorkersOnExit, signals_deferred
 from pipeline.beam.shards import WriteMdsShards, plan_shards
-from pipeline.corpus_files import FileInfo, WorkUnit, file_info, plan_units
+from pipeline.corpus_files import FileInfo, WorkUnit, file_info, plan_units, resolve_inputs
 from pipeline.documents import RecordPolicy
 from schemas.convert_config import ConvertConfig
 from schemas.errors import ConfigError, HbpeError
-from schemas.shard_columns import MANIFEST_FILENAME
+from schemas.shard_columns import COMPLETED_FILENAME, MANIFEST_FILENAME
 
-STAGING = ".hbpe-staging"
+STAGING = STAGING_DIRNAME
 
 
-def resolve_inputs(patterns: tuple[str, ...]) -> list[str]:
-    """Expand files, directories and globs (local or URI) into a sorted, de-duplicated list."""
-    from apache_beam.io.filesystems import FileSystems
+class ConversionInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped the run; its workers were stopped and nothing was committed."""
 
-    found: set[str] = set()
-    for pat in patterns:
-        if fs.is_remote(pat):
-            matches = [m.path for m in FileSystems.match([pat])[0].metadata_list]
-        elif os.path.isdir(pat):
-            matches = [p for p in glob.glob(os.path.join(pat, "**", "*"), recursive=True) if os.path.isfile(p)]
-        else:
-            matches = [p for p in glob.glob(pat, recursive=True) if os.path.isfile(p)]
-        if not matches:
-            raise ConfigError(f"--input {pat!r} matches no file; check the path or quote the glob")
-        found.update(matches)
-    return sorted(found)
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum = signum
 
 
 def default_pipeline_options(pipeline_args: list[str]) -> PipelineOptions:
+    """Beam options with hbpe's local defaults; a malformed option is a ConfigError, not argparse's exit."""
     joined = " ".join(pipeline_args)
     if "--default_sdk_harness_log_level" not in joined:
         pipeline_args = [*pipeline_args, "--default_sdk_harness_log_level=ERROR"]
     opts = PipelineOptions(pipeline_args)
+    err = io.StringIO()
+    try:
+        # Beam parses its options lazily, at the first view_as, and argparse then exits the process:
+        # parse them all now, before anything is written, and say which one is wrong
+        with contextlib.redirect_stderr(err):
+            opts.get_all_options()
+    except SystemExit:
+        why = next((ln for ln in reversed(err.getvalue().splitlines()) if "error:" in ln), err.getvalue().strip())
+        raise ConfigError(
+            f"bad Beam pipeline option: {why.split('error:', 1)[-1].strip()}; fix or drop it "
+            "(Beam options follow hbpe's own, e.g. --direct_num_workers=2)"
+        ) from None
     if not opts.view_as(StandardOptions).runner:
         opts.view_as(StandardOptions).runner = "DirectRunner"
         direct = opts.view_as(DirectOptions)
@@ -74,15 +93,19 @@ def build_pipeline(
     files: list[FileInfo],
     tokenizer_spec: dict,
     started_at: float,
+    *,
+    output: str | None = None,
 ) -> None:
+    """Add the conversion's steps to `p`; they write into `output` (default cfg.output)."""
     from schemas.tokenizer_artifact import SecondStageSpec
 
-    staging = fs.join(cfg.output, STAGING)
+    output = output or cfg.output
+    staging = fs.join(output, STAGING)
     tok_dir = fs.join(staging, "tokenizer")
     policy = RecordPolicy(cfg.text_field, cfg.id_field, cfg.invalid_utf8, cfg.max_doc_bytes)
     S = SecondStageSpec.from_dict(tokenizer_spec["second_stage"]).max_patch_size
     ctx = FinalizeContext(
-        output=cfg.output,
+        output=output,
         staging=staging,
         config=cfg.to_dict(),
         inputs=[{"path": f.path, "size": f.size, "mtime": f.mtime} for f in files],
@@ -123,41 +146,150 @@ def run_convert(
     progress: bool = True,
     on_start: Callable[[list[WorkUnit]], None] | None = None,
 ) -> dict:
-    """Run the whole conversion; returns the manifest as a dict. Raises HbpeError on user mistakes."""
+    """Run the whole conversion; returns the manifest as a dict.
+
+    Raises HbpeError on user mistakes and failed runs (nothing committed, a previous output
+    intact), ConversionInterrupted (a KeyboardInterrupt) on SIGINT or SIGTERM.
+    """
     import json
 
     from pipeline import tokenizer_io
 
     started = time.time()
+    output = _output_dir(cfg.output)
     tok_spec = tokenizer_io.load(cfg.tokenizer).spec  # validates artifact and rank file before any worker starts
-    if fs.is_nonempty_dir(cfg.output):
-        if not overwrite:
-            raise ConfigError(f"output {cfg.output} exists and is not empty; pass --overwrite to replace it")
-        fs.delete_tree(cfg.output)
-    paths = resolve_inputs(cfg.inputs)
+    _refuse_inside(cfg.tokenizer, output, f"--tokenizer {cfg.tokenizer}", cfg.output)
+    for pat in cfg.inputs:
+        _refuse_inside(_glob_base(pat), output, f"--input {pat}", cfg.output)
+    own = () if fs.is_remote(output) else (output + os.sep,)
+    paths = resolve_inputs(cfg.inputs, excludes=cfg.excludes, skip_prefixes=own)
     files = [file_info(p) for p in paths]
-    units = plan_units(files, split_bytes=cfg.split_bytes, text_unit=cfg.text_unit)
-    staging = fs.join(cfg.output, STAGING)
-    fs.copy_dir_to(cfg.tokenizer, fs.join(staging, "tokenizer"))
-    if on_start:
-        on_start(units)
-
     opts = default_pipeline_options(list(pipeline_args or []))
-    ticker = ProgressLine(staging, n_units=len(units)) if progress and not fs.is_remote(cfg.output) else None
     try:
-        if ticker:
-            ticker.start()
-        with beam.Pipeline(options=opts) as p:
-            build_pipeline(p, cfg, units, files, tok_spec.to_dict(), started)
-    except HbpeError:
-        fs.delete_tree(staging)
-        raise
-    except Exception as e:
-        fs.delete_tree(staging)
-        raise HbpeError(
-            f"the conversion failed and nothing was committed to {cfg.output}: {type(e).__name__}: {e}"
+        p = beam.Pipeline(options=opts)
+    except ValueError as e:  # an unknown --runner
+        raise ConfigError(f"bad Beam pipeline option: {e}") from None
+    replacing = _check_existing(output, cfg.output, overwrite)
+    units = plan_units(files, split_bytes=cfg.split_bytes, text_unit=cfg.text_unit)
+
+    tag = uuid.uuid4().hex[:8]
+    build = fs.join(output, f".hbpe-new-{tag}") if replacing else output
+    created = not replacing and not fs.is_remote(output) and not os.path.isdir(output)
+    staging = fs.join(build, STAGING)
+    ticker = ProgressLine(staging, n_units=len(units)) if progress and not fs.is_remote(output) else None
+    was = f"; {cfg.output} is as it was" if replacing else ""
+    guard = StopWorkersOnExit()
+    try:
+        with guard:
+            if not fs.is_remote(build):
+                os.makedirs(build, exist_ok=True)  # parents too, like mkdir -p (see _output_dir)
+            fs.copy_dir_to(cfg.tokenizer, fs.join(staging, "tokenizer"))
+            if on_start:
+                on_start(units)
+            if ticker:
+                ticker.start()
+            try:
+                with p:
+                    build_pipeline(p, cfg, units, files, tok_spec.to_dict(), started, output=build)
+            finally:
+                if ticker:
+                    ticker.stop()
+    except BaseException as e:
+        _discard(build, replacing=replacing, created=created)
+        if isinstance(e, KeyboardInterrupt):
+            signum = guard.signum or signal.SIGINT
+            raise ConversionInterrupted(
+                signum,
+                f"interrupted by {signal.Signals(signum).name}: the Beam workers were stopped and nothing was "
+                f"committed to {cfg.output}{was}",
+            ) from None
+        if not isinstance(e, Exception):
+            raise
+        # an HbpeError here comes from a worker (its message names a staging file that is gone now): keep its
+        # type and fix, and say what became of the output
+        why = str(e) if isinstance(e, HbpeError) else f"{type(e).__name__}: {e}"
+        raise (type(e) if isinstance(e, HbpeError) else HbpeError)(
+            f"the conversion failed and nothing was committed to {cfg.output}{was}: {why}"
         ) from e
-    finally:
-        if ticker:
-            ticker.stop()
-    return json.loads(fs.read_bytes(fs.join(cfg.output, MANIFEST_FILENAME)))
+    if replacing:
+        try:
+            with signals_deferred():  # a swap cut short leaves no COMPLETED: let it finish
+                replace_output(build, output)
+        except OSError as e:
+            raise HbpeError(
+                f"the new output is complete in {build} but could not replace {cfg.output}'s files ({e}); "
+                f"move its contents up into {cfg.output} by hand"
+            ) from e
+    return json.loads(fs.read_bytes(fs.join(output, MANIFEST_FILENAME)))
+
+
+def _output_dir(path: str) -> str:
+    """The output as the launcher handles it: a local path made absolute, symlinks resolved.
+
+    A missing parent is created, like `mkdir -p` (as `hbpe tokenizer train --out` and
+    streaming's MDSWriter do): a mistyped parent then makes a new folder, which loses
+    nothing and is printed at the start, while refusing would cost every `runs/<new>/shards`.
+    """
+    if fs.is_remote(path):
+        return path.rstrip("/")
+    real = os.path.realpath(path)
+    if os.path.exists(real) and not os.path.isdir(real):
+        raise ConfigError(
+            f"--output {path} is a file, not a directory: give the path of a directory (a new one is created)"
+        )
+    up = os.path.dirname(real)
+    while not os.path.exists(up):
+        up = os.path.dirname(up)
+    if not os.path.isdir(up):
+        raise ConfigError(f"--output {path} cannot be created: {up} is a file; give a directory path")
+    return real
+
+
+def _glob_base(pattern: str) -> str:
+    """The folder part of a glob before its first wildcard: 'data/*/x.jsonl' -> 'data'."""
+    parts = []
+    for part in pattern.split("/"):
+        if any(c in part for c in "*?["):
+            break
+        parts.append(part)
+    return "/".join(parts) or "."
+
+
+def _refuse_inside(path: str, output: str, what: str, shown: str) -> None:
+    """Inputs and the tokenizer may not live in the output: an --overwrite would replace them."""
+    real = path.rstrip("/") if fs.is_remote(path) else os.path.realpath(path)
+    if real == output or real.startswith(output.rstrip("/") + "/"):
+        raise ConfigError(
+            f"{what} lies inside the output directory {shown}, which the conversion replaces: "
+            f"move or copy it out of {shown} first, or choose another --output"
+        )
+
+
+def _check_existing(output: str, shown: str, overwrite: bool) -> bool:
+    """True when a previous output is to be replaced; refuses anything else that is not empty."""
+    names = fs.top_entries(output)
+    if not names:
+        return False
+    foreign = [n for n in names if not is_hbpe_entry(n)]
+    if foreign:
+        listed = ", ".join(foreign[:5]) + (f" ... ({len(foreign)} in all)" if len(foreign) > 5 else "")
+        raise ConfigError(
+            f"output {shown} is not empty and holds files hbpe did not write: {listed}; "
+            "--overwrite only replaces an earlier conversion (shard.*.mds.zstd, index.json, manifest.json, "
+            "rejects/, tokenizer/, COMPLETED): choose a new or empty --output, or move those files away"
+        )
+    if not overwrite:
+        unfinished = "" if COMPLETED_FILENAME in names else " (an unfinished conversion: no COMPLETED)"
+        raise ConfigError(f"output {shown} exists and is not empty{unfinished}; pass --overwrite to replace it")
+    return True
+
+
+def _discard(build: str, *, replacing: bool, created: bool) -> None:
+    """Remove what a failed run wrote: its build folder inside the old output, or hbpe's files in a new one."""
+    if replacing:
+        fs.delete_tree(build)
+        return
+    discard_hbpe_entries(build)
+    if created:
+        with contextlib.suppress(OSError):
+            os.rmdir(build)

@@ -2,11 +2,17 @@
 
 Runs once, after every shard is written. Until it finishes, the output holds no
 COMPLETED marker, and readers (`hbpe shards ...`, the trainer) refuse it.
+
+An --overwrite builds the new output in a folder of its own inside the old one
+(OUTPUT/.hbpe-new-XXXXXXXX) and swaps them only once it is complete (`replace_output`),
+so a failed or interrupted run leaves the previous output as it was; and only names
+hbpe writes (`is_hbpe_entry`) are ever deleted.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 
@@ -21,6 +27,40 @@ from schemas.canonical import pretty_json
 from schemas.errors import HbpeError
 from schemas.manifest import Counts, Manifest, derived_statistics
 from schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAME, TokenizerSpec
+
+STAGING_DIRNAME = ".hbpe-staging"
+# what a conversion writes at the top of its output; ".tmp-<hex>" is a write_atomic in flight
+_HBPE_ENTRY = re.compile(
+    r"(shard\.\d{5,}\.mds\.zstd|index\.json|manifest\.json|COMPLETED)(\.tmp-[0-9a-f]{12})?"
+    rf"|{shard_columns.REJECTS_DIRNAME}|{shard_columns.TOKENIZER_DIRNAME}|{re.escape(STAGING_DIRNAME)}"
+    r"|\.hbpe-new-[0-9a-f]{8}"
+)
+
+
+def is_hbpe_entry(name: str) -> bool:
+    """True for a name `hbpe convert` writes directly inside its output directory."""
+    return _HBPE_ENTRY.fullmatch(name) is not None
+
+
+def discard_hbpe_entries(path: str) -> list[str]:
+    """Delete what hbpe wrote directly inside `path`; returns the names it left (written by someone else)."""
+    names = fs.top_entries(path)
+    fs.delete_entries(path, [n for n in names if is_hbpe_entry(n)])
+    return [n for n in names if not is_hbpe_entry(n)]
+
+
+def replace_output(build: str, output: str) -> None:
+    """Move a complete output `build` (a `.hbpe-new-*` folder inside `output`) up, in place of the previous one.
+
+    The old COMPLETED goes first and the new one comes last, so readers refuse the folder
+    while files move; every move is a rename within the output's own filesystem (a mount
+    point or a bucket included), so the swap takes moments. Files hbpe did not write stay.
+    """
+    name = build.rstrip("/").rsplit("/", 1)[-1]
+    fs.delete_entries(output, [shard_columns.COMPLETED_FILENAME])
+    fs.delete_entries(output, [n for n in fs.top_entries(output) if is_hbpe_entry(n) and n != name])
+    fs.move_entries(build, output, last=shard_columns.COMPLETED_FILENAME)
+    fs.delete_tree(build)
 
 
 @dataclass(frozen=True)

@@ -85,8 +85,12 @@ def read_bytes(path: str) -> bytes:
 
 def delete_tree(path: str) -> None:
     if is_remote(path):
-        if FileSystems.exists(path):
-            FileSystems.delete([path])
+        # an object store has no folders: `exists` is False for a prefix, so delete what is under it
+        doomed = [join(path, rel) for rel in _remote_files(path)]
+        if not doomed and FileSystems.exists(path):
+            doomed = [path]
+        if doomed:
+            FileSystems.delete(doomed)
     else:
         shutil.rmtree(path, ignore_errors=True)
 
@@ -107,7 +111,44 @@ def localize_dir(path: str, names: list[str]) -> str:
     return local
 
 
-def is_nonempty_dir(path: str) -> bool:
-    if is_remote(path):
-        return bool(FileSystems.match([join(path, "*")])[0].metadata_list)
-    return os.path.isdir(path) and any(os.scandir(path))
+def top_entries(path: str) -> list[str]:
+    """Names directly inside a directory (an object-store prefix: the first component of each object)."""
+    if not is_remote(path):
+        return sorted(os.listdir(path)) if os.path.isdir(path) else []
+    return sorted({rel.split("/", 1)[0] for rel in _remote_files(path)})
+
+
+def _remote_files(path: str) -> list[str]:
+    """Paths relative to `path` of every object under it."""
+    base = path.rstrip("/") + "/"
+    found = FileSystems.match([base + "**"])[0].metadata_list
+    return [m.path[len(base) :] for m in found if m.path.startswith(base)]
+
+
+def delete_entries(path: str, names: list[str]) -> None:
+    """Delete these files or folders directly inside `path` (and nothing else)."""
+    if not is_remote(path):
+        for n in names:
+            p = os.path.join(path, n)
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            elif os.path.lexists(p):
+                os.unlink(p)
+        return
+    wanted = set(names)
+    doomed = [join(path, rel) for rel in _remote_files(path) if rel.split("/", 1)[0] in wanted]
+    if doomed:
+        FileSystems.delete(doomed)
+
+
+def move_entries(src: str, dst: str, *, last: str) -> None:
+    """Rename everything directly inside `src` to the same name inside `dst`, the entry `last` last.
+
+    Locally one rename per entry (a folder moves whole); object stores rename object by object.
+    """
+    if not is_remote(src):
+        for name in sorted(os.listdir(src), key=lambda n: n == last):
+            os.rename(os.path.join(src, name), os.path.join(dst, name))
+        return
+    for rel in sorted(_remote_files(src), key=lambda r: r.split("/", 1)[0] == last):
+        rename(join(src, rel), join(dst, rel))

@@ -227,6 +227,10 @@ def test_existing_output_is_refused_without_overwrite(tmp_path, gpt2_tokenizer_d
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("x")
+    with pytest.raises(ConfigError, match="is not empty and holds files hbpe did not write: keep.txt"):
+        convert(gpt2_tokenizer_dir, [SAMPLE_ZH], out)
+    (out / "keep.txt").unlink()
+    convert(gpt2_tokenizer_dir, [SAMPLE_ZH], out)
     with pytest.raises(ConfigError, match="exists and is not empty; pass --overwrite"):
         convert(gpt2_tokenizer_dir, [SAMPLE_ZH], out)
     with pytest.raises(ConfigError, match="matches no file"):
