@@ -130,19 +130,30 @@ def write_shard(
     return data, entry
 
 
-def decompress(data: bytes) -> bytes:
+def decompress(data: bytes, *, name: str = "shard") -> bytes:
+    """zstd-decompress one shard; a damaged frame is an ArtifactError naming the shard, not a zstd.Error."""
     import zstd
 
-    return zstd.decompress(data)
+    try:
+        return zstd.decompress(data)
+    except zstd.Error as e:
+        raise ArtifactError(f"{name}: cannot be decompressed ({e}); restore the file or reconvert") from e
 
 
-def decode_raw_shard(raw: bytes, entry: dict[str, Any]) -> dict[str, np.ndarray]:
+def decode_raw_shard(raw: bytes, entry: dict[str, Any], *, name: str = "shard") -> dict[str, np.ndarray]:
     """Raw MDS shard bytes -> {column: (B, ...) array}, for fixed-size columns."""
+    if len(raw) < 4:
+        raise ArtifactError(f"{name}: {len(raw)} bytes is too short for an MDS shard; restore the file or reconvert")
     n = int(np.frombuffer(raw[:4], np.uint32)[0])
-    offsets = np.frombuffer(raw[4 : 4 + 4 * (n + 1)], np.uint32).astype(np.int64)
     size = sum(entry["column_sizes"])
-    if n and not (np.diff(offsets) == size).all():
-        raise ArtifactError("shard samples are not fixed-size: not written by hbpe")
+    if n != entry["samples"] or len(raw) < 4 * (n + 2) + n * size:
+        raise ArtifactError(
+            f"{name}: holds {n} samples in {len(raw)} bytes, index.json says {entry['samples']} samples of {size} "
+            "bytes; restore the file or reconvert"
+        )
+    offsets = np.frombuffer(raw[4 : 4 + 4 * (n + 1)], np.uint32).astype(np.int64)
+    if n and (not (np.diff(offsets) == size).all() or offsets[-1] != len(raw)):
+        raise ArtifactError(f"{name}: shard samples are not fixed-size records: not written by hbpe")
     body = np.frombuffer(raw, np.uint8, count=n * size, offset=int(offsets[0]) if n else 0).reshape(n, size)
     out, col = {}, 0
     for name, enc, sz in zip(entry["column_names"], entry["column_encodings"], entry["column_sizes"], strict=True):
@@ -153,6 +164,103 @@ def decode_raw_shard(raw: bytes, entry: dict[str, Any]) -> dict[str, np.ndarray]
 
 
 def verify_hashes(data: bytes, info: dict[str, Any]) -> list[str]:
-    """Names of the hashes in an index entry's file info that do not match `data`."""
-    bad = [a for a, h in info["hashes"].items() if _hash(a, data) != h]
-    return bad + (["size"] if len(data) != info["bytes"] else [])
+    """Names of the hashes in an index entry's file info that do not match `data` ("size" first: it is free)."""
+    if len(data) != info["bytes"]:
+        return ["size"]  # a truncated or extended file: no need to hash it
+    return [a for a, h in info["hashes"].items() if _hash(a, data) != h]
+
+
+def file_problem(data: bytes | None, info: dict[str, Any]) -> str | None:
+    """Why a shard file does not match its index.json record (None when it does)."""
+    if data is None:
+        return "missing"
+    if len(data) != info["bytes"]:
+        return f"{len(data)} bytes, index.json records {info['bytes']} (truncated or replaced)"
+    bad = verify_hashes(data, info)
+    return f"{'/'.join(bad)} does not match index.json (corrupted or replaced)" if bad else None
+
+
+# ---- index.json ------------------------------------------------------------------------------
+
+HASH_ALGOS = ("xxh64", "xxh32", "xxh128", "xxh3_64", "md5", "sha1", "sha224", "sha256", "sha384", "sha512")
+
+
+def check_basename(name: Any, *, source: str) -> str:
+    """A shard file name from index.json, refused unless it is a plain name inside the directory.
+
+    Readers join it to the shard directory and streaming joins it to its cache directory,
+    so `../x`, `/abs/x` or `a/b` would read or write outside both.
+    """
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or "/" in name
+        or "\\" in name
+        or "\x00" in name
+        or ":" in name  # a drive letter or a URI scheme
+    ):
+        raise ArtifactError(
+            f"{source}: shard basename {name!r} is not a plain file name inside the shard directory "
+            "(no path separators, '..' or absolute paths); the index was edited or is not from `hbpe convert`: reconvert"
+        )
+    return name
+
+
+def _file_info(info: Any, *, source: str, what: str) -> dict[str, Any]:
+    if not isinstance(info, dict):
+        raise ArtifactError(f"{source}: {what} is {type(info).__name__}, not an object; reconvert")
+    check_basename(info.get("basename"), source=source)
+    size, hashes = info.get("bytes"), info.get("hashes")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ArtifactError(f"{source}: {what}.bytes is {size!r}, not a byte count; reconvert")
+    if not isinstance(hashes, dict) or not hashes:
+        raise ArtifactError(f"{source}: {what}.hashes is {hashes!r}: no hash to verify the shard against; reconvert")
+    for algo, h in hashes.items():
+        if algo not in HASH_ALGOS or not isinstance(h, str):
+            raise ArtifactError(f"{source}: {what}.hashes has {algo!r}: {h!r}, not a known hash; reconvert")
+    return info
+
+
+def parse_index(raw: bytes, *, source: str = "index.json") -> dict[str, Any]:
+    """index.json bytes -> the MDS index, with every field hbpe and streaming rely on checked.
+
+    Raises ArtifactError for anything that is not a version-2 MDS index of compressed,
+    fixed-size shards with safe file names, hashes and integer sizes.
+    """
+    try:
+        index = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{source}: not valid JSON ({e}); restore it or reconvert") from e
+    if not isinstance(index, dict) or index.get("version") != 2 or not isinstance(index.get("shards"), list):
+        raise ArtifactError(f"{source}: not an MDS version 2 index with a list of shards; restore it or reconvert")
+    seen: set[str] = set()
+    for i, e in enumerate(index["shards"]):
+        where = f"{source} shard {i}"
+        if not isinstance(e, dict):
+            raise ArtifactError(f"{where}: {type(e).__name__}, not an object; restore it or reconvert")
+        if e.get("format") != "mds" or e.get("zip_data") is None:
+            raise ArtifactError(f"{where}: not a compressed MDS shard (hbpe writes zstd MDS only); reconvert")
+        names, encs, sizes = e.get("column_names"), e.get("column_encodings"), e.get("column_sizes")
+        if not (isinstance(names, list) and isinstance(encs, list) and isinstance(sizes, list)) or not (
+            len(names) == len(encs) == len(sizes) and all(isinstance(n, str) for n in names)
+        ):
+            raise ArtifactError(f"{where}: column_names/encodings/sizes are not matching lists; reconvert")
+        for n, enc, sz in zip(names, encs, sizes, strict=True):
+            try:
+                dtype, shape = _parse_encoding(enc)
+                ok = sz == dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+            except (ArtifactError, TypeError, ValueError, AttributeError):
+                ok = False
+            if not ok:
+                raise ArtifactError(
+                    f"{where}: column {n!r} has encoding {enc!r} and size {sz!r}, not a fixed-size column; reconvert"
+                )
+        samples = e.get("samples")
+        if not isinstance(samples, int) or isinstance(samples, bool) or samples < 0:
+            raise ArtifactError(f"{where}: samples is {samples!r}, not a count; reconvert")
+        for what in ("zip_data", "raw_data"):
+            name = _file_info(e.get(what), source=where, what=what)["basename"]
+            if name in seen:
+                raise ArtifactError(f"{where}: file {name} is listed twice; the index was edited: reconvert")
+            seen.add(name)
+    return index

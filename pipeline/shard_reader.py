@@ -1,7 +1,9 @@
 """Read a committed shard directory: manifest, MDS index, tokenizer copy, samples.
 
 Shards are decoded by `pipeline.mds_format` in memory (streaming's dataset would
-copy them to a cache directory, and importing it costs ~10 s).
+copy them to a cache directory, and importing it costs ~10 s). Every shard is
+checked against index.json (size, then xxh64) before it is decoded, so a damaged
+file is an ArtifactError naming it, never a zstd traceback or silently wrong samples.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,16 +20,101 @@ from schemas import shard_columns
 from schemas.errors import ArtifactError
 from schemas.manifest import Manifest
 
+RESTORE = "restore the file from a copy or reconvert with `hbpe convert --overwrite`"
+HBPE_COLUMNS = ("num_bytes", "patches", "tokens")
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def parse_manifest(raw: bytes, *, source: str) -> Manifest:
+    """manifest.json bytes -> Manifest, refusing bad JSON and values of the wrong type.
+
+    `Manifest.from_dict` checks the format and the field names; the types are checked here
+    because a count stored as a string would otherwise surface as a TypeError (or, for
+    `seq_len`, as string repetition) deep inside `verify` or training.
+    """
+    try:
+        d = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{source}: not valid JSON ({e}); {RESTORE}") from e
+    if not isinstance(d, dict):
+        raise ArtifactError(f"{source}: a JSON {type(d).__name__}, not an hbpe shard manifest; {RESTORE}")
+    try:
+        m = Manifest.from_dict(d, source=source)
+    except ArtifactError as e:
+        if "malformed" not in str(e):
+            raise  # its own message already says to reconvert
+        raise ArtifactError(f"{e}; {RESTORE}") from e
+    wrong = [
+        f"{k}={getattr(m, k)!r}"
+        for k in ("shard_schema_version", "max_patch_size", "seq_len")
+        if not _is_count(getattr(m, k)) or getattr(m, k) == 0
+    ]
+    wrong += [
+        f"{k}={getattr(m, k)!r}"
+        for k in ("hbpe_version", "tokenizer_fingerprint", "first_stage_fingerprint", "mode")
+        if not isinstance(getattr(m, k), str)
+    ]
+    wrong += [
+        f"{k} is not an object" for k in ("config", "statistics", "timing") if not isinstance(getattr(m, k), dict)
+    ]
+    if not isinstance(m.inputs, list):
+        wrong.append("inputs is not a list")
+    if not isinstance(m.shards, list) or not all(isinstance(s, str) for s in m.shards):
+        wrong.append("shards is not a list of file names")
+    counts = {k: v for k, v in vars(m.counts).items() if k != "rejected_by_reason"}
+    wrong += [f"counts.{k}={v!r}" for k, v in counts.items() if not _is_count(v)]
+    reasons = m.counts.rejected_by_reason
+    if not isinstance(reasons, dict) or not all(_is_count(v) for v in reasons.values()):
+        wrong.append(f"counts.rejected_by_reason={reasons!r}")
+    if wrong:
+        raise ArtifactError(f"{source}: values of the wrong type or range: {', '.join(wrong[:6])}; {RESTORE}")
+    return m
+
+
+def read_file(path: Path) -> bytes | None:
+    """The file's bytes, or None when it does not exist."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def shard_file_problems(directory: Path, index: dict, *, hashes: bool = True) -> list[str]:
+    """'NAME: problem' for every shard file of `index` that is missing, resized or (with hashes) altered."""
+    problems = []
+    for e in index["shards"]:
+        info = e["zip_data"]
+        path = directory / info["basename"]
+        if hashes:
+            problem = mds_format.file_problem(read_file(path), info)
+        elif not path.is_file():
+            problem = "missing"
+        elif (size := path.stat().st_size) != info["bytes"]:
+            problem = f"{size} bytes, index.json records {info['bytes']} (truncated or replaced)"
+        else:
+            problem = None
+        if problem:
+            problems.append(f"{info['basename']}: {problem}")
+    return problems
+
+
+def damaged_error(where: str | Path, problems: list[str], *, more: str = "") -> ArtifactError:
+    """One error for every damaged shard file, with the fix."""
+    shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+    noun = "shard file is" if len(problems) == 1 else f"{len(problems)} shard files are"
+    return ArtifactError(f"{where}: {noun} damaged: {shown}; {RESTORE}{more}")
+
 
 class ShardDir:
     """A local shard directory written by `hbpe convert` (refused unless COMPLETED)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        if (
-            not (self.path / shard_columns.INDEX_FILENAME).is_file()
-            and not (self.path / shard_columns.MANIFEST_FILENAME).is_file()
-        ):
+        ipath, mpath = self.path / shard_columns.INDEX_FILENAME, self.path / shard_columns.MANIFEST_FILENAME
+        if not ipath.is_file() and not mpath.is_file():
             raise ArtifactError(
                 f"{self.path} is not a shard directory (no index.json or manifest.json); run `hbpe convert` first"
             )
@@ -34,12 +122,16 @@ class ShardDir:
             raise ArtifactError(
                 f"{self.path} has no COMPLETED marker: the conversion did not finish; rerun `hbpe convert --overwrite`"
             )
-        mpath = self.path / shard_columns.MANIFEST_FILENAME
-        try:
-            self.manifest = Manifest.from_dict(json.loads(mpath.read_text()), source=str(mpath))
-            self.index = json.loads((self.path / shard_columns.INDEX_FILENAME).read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ArtifactError(f"{self.path}: cannot read manifest.json/index.json ({e})") from e
+        for p in (mpath, ipath):
+            if not p.is_file():
+                raise ArtifactError(f"{p}: missing from a completed shard directory; {RESTORE}")
+        self.manifest = parse_manifest(mpath.read_bytes(), source=str(mpath))
+        self.index = mds_format.parse_index(ipath.read_bytes(), source=str(ipath))
+        for i, e in enumerate(self.index["shards"]):
+            if sorted(e["column_names"]) != list(HBPE_COLUMNS):
+                raise ArtifactError(
+                    f"{ipath} shard {i}: columns {e['column_names']}, hbpe shards have {list(HBPE_COLUMNS)}; reconvert"
+                )
         self._tok = None
 
     @property
@@ -54,11 +146,28 @@ class ShardDir:
     def shard_entries(self) -> list[dict]:
         return self.index["shards"]
 
+    def check_files(self, *, hashes: bool = True) -> None:
+        """Raise one ArtifactError naming every shard file that does not match index.json."""
+        problems = shard_file_problems(self.path, self.index, hashes=hashes)
+        if problems:
+            raise damaged_error(self.path, problems, more=f" (`hbpe shards verify {self.path}` lists every problem)")
+
     def read_raw(self, entry: dict) -> bytes:
-        return mds_format.decompress((self.path / entry["zip_data"]["basename"]).read_bytes())
+        """The decompressed shard, after checking the file and the result against index.json."""
+        name = entry["zip_data"]["basename"]
+        data = read_file(self.path / name)
+        problem = mds_format.file_problem(data, entry["zip_data"])
+        if problem:
+            raise damaged_error(self.path, [f"{name}: {problem}"])
+        raw = mds_format.decompress(data, name=str(self.path / name))
+        problem = mds_format.file_problem(raw, entry["raw_data"])
+        if problem:
+            raise damaged_error(self.path, [f"{name}: decompressed data {problem}"])
+        return raw
 
     def read_columns(self, entry: dict, raw: bytes | None = None) -> dict[str, np.ndarray]:
-        return mds_format.decode_raw_shard(self.read_raw(entry) if raw is None else raw, entry)
+        name = str(self.path / entry["zip_data"]["basename"])
+        return mds_format.decode_raw_shard(self.read_raw(entry) if raw is None else raw, entry, name=name)
 
     def iter_samples(self, entry: dict, raw: bytes | None = None) -> Iterator[dict[str, np.ndarray]]:
         cols = self.read_columns(entry, raw)

@@ -9,11 +9,15 @@ from typing import Any, TextIO
 import numpy as np
 
 from pipeline import mds_format
-from pipeline.shard_reader import ShardDir
-from schemas.symbols import EOD, PAD
+from pipeline.shard_reader import ShardDir, read_file
+from schemas import shard_columns
+from schemas.errors import ArtifactError, HbpeError
+from schemas.symbols import EOD, PAD, TOKEN_EOD, TOKEN_PAD
 
 
 def stats(sd: ShardDir) -> dict[str, Any]:
+    """Counts and statistics; refuses a directory whose shard files do not match index.json."""
+    sd.check_files()
     m = sd.manifest
     zip_bytes = sum(e["zip_data"]["bytes"] for e in sd.shard_entries)
     raw_bytes = sum(e["raw_data"]["bytes"] for e in sd.shard_entries)
@@ -57,32 +61,62 @@ def inspect(sd: ShardDir, *, samples: int = 2, chars: int = 240) -> dict[str, An
 
 
 def verify(sd: ShardDir) -> list[str]:
-    """Every problem found (empty when the directory is consistent)."""
+    """Every problem found (empty when the directory is consistent).
+
+    Files: each shard's size and hashes, before and after decompression. Samples: ids in
+    the vocabulary, patches == tokenizer(tokens), num_bytes. Manifest: shard list, tokenizer
+    fingerprint, column shapes, and the counts of samples, patches, tokens, documents and bytes.
+    """
     problems: list[str] = []
-    m, tok = sd.manifest, sd.tokenizer
+    m = sd.manifest
     names = [e["zip_data"]["basename"] for e in sd.shard_entries]
     if names != m.shards:
         problems.append(f"index.json lists {len(names)} shards, manifest {len(m.shards)}: they differ")
-    if tok.fingerprint != m.tokenizer_fingerprint:
+    try:
+        tok = sd.tokenizer
+    except HbpeError as e:
+        problems.append(f"tokenizer/ cannot be loaded: {e}")
+        tok = None
+    if tok is not None and tok.fingerprint != m.tokenizer_fingerprint:
         problems.append(f"tokenizer/ fingerprint {tok.fingerprint[:12]} != manifest {m.tokenizer_fingerprint[:12]}")
-    n_samples = text_tokens = eods = 0
+    columns = shard_columns.mds_columns(m.seq_len, m.max_patch_size)
+    n_vocab = tok.encoding.max_token_value + 1 if tok is not None else None
+    text_tokens = eods = pads = nbytes_total = 0
+    complete = True  # every shard was read: the totals below can be compared with the manifest
     for e in sd.shard_entries:
         name = e["zip_data"]["basename"]
-        path = sd.path / name
-        if not path.is_file():
-            problems.append(f"{name}: missing")
+        if dict(zip(e["column_names"], e["column_encodings"], strict=True)) != columns:
+            problems.append(f"{name}: columns {e['column_encodings']} do not match manifest seq_len/S {columns}")
+            complete = False
             continue
-        data = path.read_bytes()
-        bad = mds_format.verify_hashes(data, e["zip_data"])
-        if bad:
-            problems.append(f"{name}: {'/'.join(bad)} does not match index.json (corrupted or replaced)")
+        data = read_file(sd.path / name)
+        problem = mds_format.file_problem(data, e["zip_data"])
+        if problem:
+            problems.append(f"{name}: {problem}")
+            complete = False
             continue
-        raw = mds_format.decompress(data)
-        if mds_format.verify_hashes(raw, e["raw_data"]):
-            problems.append(f"{name}: decompressed data does not match index.json")
+        try:
+            raw = mds_format.decompress(data, name=name)
+            problem = mds_format.file_problem(raw, e["raw_data"])
+            if problem:
+                raise ArtifactError(f"{name}: decompressed data {problem}")
+            cols = sd.read_columns(e, raw)
+        except ArtifactError as err:
+            problems.append(str(err))
+            complete = False
             continue
-        cols = sd.read_columns(e, raw)
         tokens = cols["tokens"]
+        text_tokens += int((tokens >= 0).sum())
+        eods += int((tokens == TOKEN_EOD).sum())
+        pads += int((tokens == TOKEN_PAD).sum())
+        nbytes_total += int(cols["num_bytes"].sum())
+        if tok is None:
+            continue
+        lo, hi = int(tokens.min(initial=0)), int(tokens.max(initial=0))
+        if lo < TOKEN_PAD or hi >= n_vocab:
+            problems.append(f"{name}: tokens span {lo}..{hi}, outside -2..{n_vocab - 1} of {tok.spec.first_stage.name}")
+            complete = False
+            continue
         wrong = np.flatnonzero((cols["patches"] != tok.patches(tokens)).any(axis=(1, 2)))
         problems += [f"{name} sample {i}: patches differ from the tokenizer applied to tokens" for i in wrong[:5]]
         nbytes = np.take(tok.token_nbytes, tokens, axis=0).sum(axis=1)
@@ -90,24 +124,53 @@ def verify(sd: ShardDir) -> list[str]:
             f"{name} sample {i}: num_bytes {cols['num_bytes'][i]} != {nbytes[i]}"
             for i in np.flatnonzero(nbytes != cols["num_bytes"])[:5]
         ]
-        text_tokens += int((tokens >= 0).sum())
-        eods += int((tokens == -1).sum())
-        n_samples += e["samples"]
     c = m.counts
+    n_samples = sum(e["samples"] for e in sd.shard_entries)
     if n_samples != c.samples:
         problems.append(f"shards hold {n_samples} samples, manifest counts {c.samples}")
-    if not problems:
-        if text_tokens + c.tail_tokens_dropped != c.tokens:
-            problems.append(
-                f"shards hold {text_tokens} tokens + {c.tail_tokens_dropped} dropped != manifest tokens {c.tokens}"
-            )
-        if n_samples * m.seq_len != c.patches - c.tail_patches_dropped + c.tail_patches_padded:
-            problems.append("samples x seq_len does not equal the stream length after the tail rule")
-        if eods > c.documents_written:
-            problems.append(f"{eods} document ends but only {c.documents_written} documents written")
+    if complete:
+        problems += _count_problems(c, m.seq_len, n_samples, text_tokens, eods, pads, nbytes_total, tok)
     if not c.balanced():
         problems.append(
             f"documents_read {c.documents_read} != written {c.documents_written} + rejected {c.documents_rejected}"
+        )
+    return problems
+
+
+def _count_problems(c, seq_len: int, n_samples: int, text_tokens: int, eods: int, pads: int, nbytes: int, tok) -> list:
+    """The manifest's counts against what the shards hold, given the tail rule.
+
+    The stream is every document's tokens followed by one EOD; `--tail drop` cuts its last
+    `tail_patches_dropped` positions (`tail_tokens_dropped` of them tokens, the rest EODs),
+    `--tail pad` appends `tail_patches_padded` PAD tokens.
+    """
+    problems = []
+    if text_tokens + c.tail_tokens_dropped != c.tokens:
+        problems.append(
+            f"shards hold {text_tokens} tokens + {c.tail_tokens_dropped} dropped != manifest tokens {c.tokens}"
+        )
+    if n_samples * seq_len != c.patches - c.tail_patches_dropped + c.tail_patches_padded:
+        problems.append(
+            f"samples x seq_len = {n_samples * seq_len} does not equal the stream length after the tail rule "
+            f"(manifest patches {c.patches} - dropped {c.tail_patches_dropped} + padded {c.tail_patches_padded})"
+        )
+    dropped_eods = c.tail_patches_dropped - c.tail_tokens_dropped
+    if eods + dropped_eods != c.documents_written:
+        problems.append(
+            f"shards hold {eods} document ends + {dropped_eods} in the dropped tail != manifest documents_written "
+            f"{c.documents_written}"
+        )
+    if pads != c.tail_patches_padded:
+        problems.append(f"shards hold {pads} tail PAD patches, manifest tail_patches_padded {c.tail_patches_padded}")
+    # the manifest does not record the bytes of the dropped tail, only its tokens: exact when
+    # nothing was dropped, else bounded by 1..longest-token bytes per dropped token
+    tail_bytes = c.bytes - nbytes
+    longest = int(tok.token_nbytes.max()) if tok is not None else tail_bytes
+    lo, hi = c.tail_tokens_dropped, c.tail_tokens_dropped * longest
+    if not lo <= tail_bytes <= hi:
+        problems.append(
+            f"samples cover {nbytes} bytes, manifest bytes {c.bytes}: the {c.tail_tokens_dropped} dropped tail tokens "
+            f"would hold {tail_bytes} bytes, expected {lo}..{hi}"
         )
     return problems
 
@@ -133,5 +196,13 @@ def export_text(sd: ShardDir, out: TextIO) -> dict[str, int]:
 
 
 def export_text_to(path: str | Path, sd: ShardDir) -> dict[str, int]:
-    with open(path, "w", encoding="utf-8") as f:
-        return export_text(sd, f)
+    """export_text into `path`, written under a temporary name and renamed, so a damaged shard leaves no half file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            r = export_text(sd, f)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return r

@@ -9,33 +9,126 @@ The run's tokenizer is checked against the shards' manifest:
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import tempfile
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from pipeline import mds_format
+from pipeline.shard_reader import RESTORE, damaged_error, parse_manifest, read_file, shard_file_problems
 from pipeline.tokenizer import HierarchicalTokenizer
 from schemas import shard_columns
-from schemas.errors import ArtifactError
+from schemas.errors import ArtifactError, ConfigError
 from schemas.manifest import Manifest
+from schemas.symbols import TOKEN_PAD
+
+log = logging.getLogger(__name__)
 
 
-def read_manifest(shards: str) -> Manifest:
-    """The manifest of a local or remote shard directory (remote via Beam's filesystems)."""
-    path = os.path.join(shards, shard_columns.MANIFEST_FILENAME)
+def _read_bytes(shards: str, name: str) -> bytes | None:
+    """A file of a local or remote shard directory (remote via Beam's filesystems), None if missing."""
+    path = os.path.join(shards, name)
     if "://" in shards:
         from pipeline.beam import fs
 
-        raw = fs.read_bytes(path)
-    else:
-        if not os.path.isfile(os.path.join(shards, shard_columns.COMPLETED_FILENAME)):
-            raise ArtifactError(f"{shards} has no COMPLETED marker: not a finished `hbpe convert` output")
-        with open(path, "rb") as f:
-            raw = f.read()
-    return Manifest.from_dict(json.loads(raw), source=path)
+        return fs.read_bytes(path) if fs.exists(path) else None
+    return read_file(Path(path))
+
+
+def read_manifest(shards: str) -> Manifest:
+    """The manifest of a finished local or remote shard directory."""
+    if _read_bytes(shards, shard_columns.COMPLETED_FILENAME) is None:
+        raise ArtifactError(f"{shards} has no COMPLETED marker: not a finished `hbpe convert` output")
+    raw = _read_bytes(shards, shard_columns.MANIFEST_FILENAME)
+    if raw is None:
+        raise ArtifactError(f"{shards} has no manifest.json; {RESTORE}")
+    return parse_manifest(raw, source=os.path.join(shards, shard_columns.MANIFEST_FILENAME))
+
+
+def read_index(shards: str) -> tuple[bytes, dict]:
+    """(bytes, parsed) index.json of a shard directory; refuses unsafe shard names before streaming reads it."""
+    raw = _read_bytes(shards, shard_columns.INDEX_FILENAME)
+    if raw is None:
+        raise ArtifactError(f"{shards} has no index.json; {RESTORE}")
+    return raw, mds_format.parse_index(raw, source=os.path.join(shards, shard_columns.INDEX_FILENAME))
+
+
+@dataclass(frozen=True)
+class ShardCheck:
+    """What `check_shards` read (shard files, cached raw files, bytes, seconds) and the hash for streaming."""
+
+    shard_files: int
+    cached_files: int
+    bytes: int
+    seconds: float
+    validate_hash: str | None  # an algorithm every shard's index entry records
+
+
+def check_shards(shards: str, cache_dir: str, *, hashes: bool = True) -> ShardCheck:
+    """Refuse damaged shards and a stale or damaged stream cache before anything trains on them.
+
+    Local shard directories: every shard's size and (with `hashes`) xxh64 against index.json.
+    Remote ones (gs://, s3://) are not read here, which would download them twice: streaming
+    checks each shard's hash as it downloads it (`validate_hash`) and CheckedStreamingDataset
+    turns a failure into an ArtifactError. In both cases the cache is checked: an index.json
+    there from another conversion, or a decompressed shard that does not match, is refused.
+    """
+    t = time.perf_counter()
+    raw_index, index = read_index(shards)
+    # index.json carries no hash of its own: an edited one must at least agree with the manifest,
+    # or streaming would read sample offsets that are not there
+    manifest = read_manifest(shards)
+    names = [e["zip_data"]["basename"] for e in index["shards"]]
+    samples = sum(e["samples"] for e in index["shards"])
+    columns = shard_columns.mds_columns(manifest.seq_len, manifest.max_patch_size)
+    if (
+        names != manifest.shards
+        or samples != manifest.counts.samples
+        or any(dict(zip(e["column_names"], e["column_encodings"], strict=True)) != columns for e in index["shards"])
+    ):
+        raise ArtifactError(
+            f"{shards}: index.json ({len(names)} shards, {samples} samples) does not match manifest.json "
+            f"({len(manifest.shards)} shards, {manifest.counts.samples} samples, columns {columns}); {RESTORE}"
+        )
+    shard_files = nbytes = 0
+    if "://" not in shards:
+        problems = shard_file_problems(Path(shards), index, hashes=hashes)
+        if problems:
+            raise damaged_error(shards, problems, more=" (found before training or evaluating: nothing was read)")
+        shard_files = len(index["shards"])
+        nbytes = sum(e["zip_data"]["bytes"] for e in index["shards"]) if hashes else 0
+    cache = Path(cache_dir)
+    cached_index = read_file(cache / shard_columns.INDEX_FILENAME)
+    if cached_index is not None and cached_index != raw_index:
+        raise ArtifactError(
+            f"stream cache {cache_dir} holds shards of another conversion (its index.json differs from {shards}'s); "
+            f"delete {cache_dir} (it is only a cache) or set data.cache_dir to a new directory"
+        )
+    cached_files = 0
+    for e in index["shards"]:
+        info = e["raw_data"]
+        path = cache / info["basename"]
+        if not path.is_file():
+            continue  # not cached yet: streaming hashes it when it decompresses the verified zip
+        size = path.stat().st_size
+        problem = f"{size} bytes, index.json records {info['bytes']}" if size != info["bytes"] else None
+        if problem is None and hashes:
+            problem = mds_format.file_problem(read_file(path), info)
+        if problem:
+            raise ArtifactError(
+                f"{path}: the cached copy of {e['zip_data']['basename']} is damaged ({problem}); "
+                f"delete {cache_dir} (it is only a cache; streaming recreates it from {shards})"
+            )
+        cached_files += 1
+        nbytes += size if hashes else 0
+    algos = set.intersection(*(set(e["zip_data"]["hashes"]) for e in index["shards"])) if index["shards"] else set()
+    algo = "xxh64" if "xxh64" in algos else min(algos, default=None)
+    return ShardCheck(shard_files, cached_files, nbytes, time.perf_counter() - t, algo)
 
 
 def load_shard_tokenizer(shards: str) -> HierarchicalTokenizer:
@@ -68,23 +161,94 @@ class Collator:
 
     target_bytes counts the UTF-8 bytes of the patches the model predicts (positions
     1..N-1: the first patch is context only), so BPB = bits / target_bytes exactly.
+    Ids outside the vocabularies are refused here, where training and eval both pass:
+    `np.take` would wrap a negative id onto another row and map n_vocab and n_vocab + 1
+    onto the PAD and EOD rows, and an embedding would index out of range.
     """
 
-    def __init__(self, tok: HierarchicalTokenizer, source: PatchSource) -> None:
-        self.tok, self.source = tok, source
+    def __init__(self, tok: HierarchicalTokenizer, source: PatchSource, *, where: str = "the shards") -> None:
+        self.tok, self.source, self.where = tok, source, where
+        self.n_vocab = tok.encoding.max_token_value + 1
 
     def __call__(self, samples: list[dict]) -> dict[str, torch.Tensor]:
         tokens = np.stack([np.asarray(s["tokens"], dtype=np.int32) for s in samples])  # (B, N)
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < TOKEN_PAD or hi >= self.n_vocab:
+            raise ArtifactError(
+                f"{self.where}: column `tokens` holds id {lo if lo < TOKEN_PAD else hi}, outside -2..{self.n_vocab - 1} "
+                f"(EOD -1, PAD -2, then the {self.n_vocab} ids of {self.tok.spec.first_stage.name}): the shards are "
+                f"damaged or not from this first stage; run `hbpe shards verify {self.where}` and reconvert"
+            )
         if self.source.derive:
             patches = self.tok.patches(tokens)  # (B, N, S)
         else:
-            patches = np.stack([np.asarray(s["patches"]) for s in samples])
-        target_bytes = np.take(self.tok.token_nbytes, tokens[:, 1:], axis=0).sum(axis=1)
+            patches = np.stack([np.asarray(s["patches"]) for s in samples])  # (B, N, S)
+            if int(patches.max()) >= self.tok.vocab_size:
+                raise ArtifactError(
+                    f"{self.where}: column `patches` holds symbol {int(patches.max())}, outside the tokenizer's "
+                    f"V'={self.tok.vocab_size} symbols: the shards are damaged or were written with another second "
+                    f"stage; run `hbpe shards verify {self.where}` and reconvert"
+                )
+        target_bytes = np.take(self.tok.token_nbytes, tokens[:, 1:], axis=0).sum(axis=1)  # (B,)
         return {
             "patches": torch.from_numpy(patches.astype(np.int64)),
             "tokens": torch.from_numpy(tokens.astype(np.int64)),
             "target_bytes": torch.from_numpy(target_bytes.astype(np.int64)),
         }
+
+
+_CHECKED_DATASET = None
+
+
+def _checked_dataset_class() -> type:
+    """StreamingDataset whose failed shard reads raise, built on first use (importing streaming costs ~10 s).
+
+    streaming 0.13 downloads and decompresses shards in a background thread; when that
+    fails (a hash mismatch with `validate_hash`, a truncated zstd frame, a missing file)
+    it logs the traceback and ends the epoch early, so training or eval silently runs on
+    part of the data (measured: 35 of 152 batches with one flipped byte in shard 2 of 4).
+    Here the failure is kept, named after its shard, and raised when iteration stops.
+    """
+    global _CHECKED_DATASET
+    if _CHECKED_DATASET is None:
+        from streaming import StreamingDataset
+
+        class CheckedStreamingDataset(StreamingDataset):
+            def prepare_shard(self, shard_id: int, blocking: bool = True) -> None:
+                try:
+                    super().prepare_shard(shard_id, blocking)
+                except Exception as e:
+                    raw, zipped = self.shards[shard_id].file_pairs[0]
+                    name = (zipped or raw).basename
+                    remote = self.streams[self.stream_per_shard[shard_id]].remote
+                    raise ArtifactError(
+                        f"{remote}: shard {name} failed while streaming ({type(e).__name__}: {e}); "
+                        f"{RESTORE} (`hbpe shards verify` lists every problem)"
+                    ) from e
+
+            def on_exception(self, future) -> None:
+                # streaming re-raises inside the executor's callback, where it is only logged
+                if future.exception() is not None:
+                    self._hbpe_failure = future.exception()
+                    self._event.set()  # stops the other threads, as streaming does
+
+            def __iter__(self):
+                yield from super().__iter__()
+                failure = getattr(self, "_hbpe_failure", None)
+                if failure is not None:
+                    raise failure
+
+        # pickled by reference (DataLoader workers under spawn): resolved by this module's __getattr__
+        CheckedStreamingDataset.__module__ = __name__
+        CheckedStreamingDataset.__qualname__ = "CheckedStreamingDataset"
+        _CHECKED_DATASET = CheckedStreamingDataset
+    return _CHECKED_DATASET
+
+
+def __getattr__(name: str):
+    if name == "CheckedStreamingDataset":
+        return _checked_dataset_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_dataloader(
@@ -97,25 +261,45 @@ def build_dataloader(
     shuffle_seed: int,
     num_workers: int = 0,
     drop_last: bool = True,
+    verify: str = "hash",
 ) -> torch.utils.data.DataLoader:
     """A StreamingDataset over the shards (local dir or URI) with its resumable state.
 
     Local shard directories are treated as the remote too, so streaming's decompressed
     copies go to `cache_dir` and the shard directory stays exactly as written.
+    Before streaming opens anything, `check_shards` refuses damaged shards and a stale
+    cache: `verify="hash"` (size and xxh64 of every file, ~1 ms per 10 MB from the page
+    cache) or `"size"` (sizes only, for directories too large to read at every start).
     """
-    from streaming import StreamingDataset
-
+    if verify not in ("hash", "size"):
+        raise ConfigError(f"verify must be 'hash' or 'size', got {verify!r}")
     manifest = read_manifest(shards)
     source = check_compatible(manifest, tok, where=shards)
     local = cache_dir or tempfile.mkdtemp(prefix="hbpe-stream-")
-    ds = StreamingDataset(
+    check = check_shards(shards, local, hashes=verify == "hash")
+    log.info(
+        "checked %d shards and %d cached files of %s (%.1f MB) in %.1f ms",
+        check.shard_files,
+        check.cached_files,
+        shards,
+        check.bytes / 1e6,
+        check.seconds * 1e3,
+    )
+    ds = _checked_dataset_class()(
         remote=shards,
         local=local,
         batch_size=batch_size,
         shuffle=shuffle,
         shuffle_seed=shuffle_seed,
         num_canonical_nodes=1,  # deterministic sample order whatever the number of devices
+        # hashes each shard again as it enters the cache: the only check remote shards get, and it
+        # covers a local file changed after check_shards
+        validate_hash=check.validate_hash,
     )
     return torch.utils.data.DataLoader(
-        ds, batch_size=batch_size, collate_fn=Collator(tok, source), num_workers=num_workers, drop_last=drop_last
+        ds,
+        batch_size=batch_size,
+        collate_fn=Collator(tok, source, where=shards),
+        num_workers=num_workers,
+        drop_last=drop_last,
     )

@@ -7,6 +7,7 @@ import tempfile
 
 import torch
 
+from schemas.errors import ArtifactError
 from training.checkpoint import load_model
 from training.data import build_dataloader
 from training.patch_io import IGNORE, cross_entropy_sum
@@ -33,8 +34,16 @@ def evaluate(
             nbytes += int(batch["target_bytes"].sum())
             text_patches += int((batch["tokens"][:, 1:] >= 0).sum())
         del dl
+    if nbytes == 0:
+        # BPB divides by the bytes of text covered: over none it is undefined, not 0 or NLL/1
+        raise ArtifactError(
+            f"{data}: the evaluated samples cover 0 bytes of text ({symbols} symbols, "
+            f"{'max_batches=' + str(max_batches) if max_batches is not None else 'all batches'}), so bits per byte "
+            "is undefined; evaluate on shards of documents with text (`hbpe shards stats` shows their bytes)"
+            + (" or raise --max-batches" if max_batches is not None else "")
+        )
     return {
-        "bpb": nll / math.log(2) / max(nbytes, 1),
+        "bpb": nll / math.log(2) / nbytes,
         "loss_per_symbol": nll / max(symbols, 1),
         "bytes_per_patch": nbytes / max(text_patches, 1),
         "symbols_per_patch": symbols / max(text_patches, 1),  # predicted symbols (EOD patches included)

@@ -139,7 +139,7 @@ def build_run(
 
     from training.composer_model import HierarchicalComposerModel
     from training.data import build_dataloader, read_manifest
-    from training.model import build_model
+    from training.model import build_model, parameter_counts
     from training.optimizer import build_optimizer, build_scheduler
     from training.parallelize import attach_fsdp_hooks, parallelism_config
     from training.run_files import write_run_files
@@ -240,7 +240,8 @@ def build_run(
         "device": device,
         "world_size": world,
         "precision": precision,
-        "params": sum(p.numel() for p in model.parameters()),
+        "params": parameter_counts(model)["total"],
+        "params_by_part": parameter_counts(model),  # the paper's count: a tied matrix once
         "vocab_size": tok.vocab_size,
         "max_patch_size": tok.max_patch_size,
         "seq_len": seq_len,

@@ -141,3 +141,16 @@ def test_reuse_shards_with_another_patch_size_and_the_bpe_baseline(sample_shards
         )
     )
     assert b["eval"]["BitsPerByte"] > 0 and b["params"] > 50257 * 64
+
+
+def test_a_save_folder_holding_a_run_is_refused_unless_resumed_or_replaced(sample_shards, tmp_path):
+    from schemas.errors import ConfigError
+
+    short = ("max_duration=2ba", "eval_interval=2ba", "save_interval=2ba")
+    first = train(_cfg(sample_shards, tmp_path / "run", *short))
+    with pytest.raises(ConfigError, match=r"already holds a run .*autoresume=true.*save_overwrite=true"):
+        build_run(_cfg(sample_shards, tmp_path / "run", *short))
+    again = train(_cfg(sample_shards, tmp_path / "run", *short, "save_overwrite=true"))
+    assert again["batches"] == first["batches"] == 2
+    with pytest.raises(ConfigError, match="contradict"):
+        build_run(_cfg(sample_shards, tmp_path / "run", *short, "save_overwrite=true", "autoresume=true"))
