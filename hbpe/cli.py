@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -17,15 +17,87 @@ import hbpe
 from schemas.errors import HbpeError
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 class _Group(click.Group):
-    """Prints HbpeError (and its family) as one line, never a traceback."""
+    """Every failure ends in one `error: ...` line, never a bare traceback.
+
+    HbpeError (a user mistake whose message names the fix): exit 2. An OS error on a named
+    file (missing, unreadable, a directory where a file goes) is also the user's to fix: exit 2.
+    Anything else is a bug: one line, exit 1, and the traceback with HBPE_DEBUG=1.
+    Ctrl-C: exit 130, the shell's convention for SIGINT. Click's own usage errors pass through.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except HbpeError as e:
-            click.echo(f"error: {e}", err=True)
+            _debug_traceback(e)
+            click.echo(f"error: {_one_line(str(e))}", err=True)
             sys.exit(2)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # usage errors, --help, --version: click prints them itself
+        except KeyboardInterrupt:
+            click.echo("error: interrupted", err=True)
+            sys.exit(130)
+        except OSError as e:
+            if e.filename is None:  # a socket, a pipe, a full disk: not a path the user gave
+                _internal_error(e)
+            _debug_traceback(e)
+            click.echo(f"error: {e.filename}: {_os_problem(e)}", err=True)
+            sys.exit(2)
+        except Exception as e:
+            _internal_error(e)
+
+
+def _os_problem(e: OSError) -> str:
+    """What an OS error on a path the user gave means, and what to do."""
+    if isinstance(e, FileNotFoundError):
+        return "no such file or directory; check the path"
+    if isinstance(e, IsADirectoryError):
+        return "is a directory where a file is needed; pass a file path"
+    if isinstance(e, (NotADirectoryError, FileExistsError)):
+        return f"{_one_line(e.strerror or str(e))} (a file where a directory is needed?); pass another path"
+    if isinstance(e, PermissionError):
+        return "permission denied; check its permissions or pass another path"
+    return f"{_one_line(e.strerror or str(e))}; check the path"
+
+
+def _check_pattern(pattern: str | None) -> None:
+    """--pattern: a known name or a regex that compiles, checked before any work starts."""
+    import regex
+
+    from pipeline.first_stage import NAMED_PATTERNS, resolve_pattern
+
+    if pattern is None:
+        return
+    try:
+        regex.compile(resolve_pattern(pattern))
+    except regex.error as e:
+        raise HbpeError(
+            f"--pattern {pattern!r} is neither a pattern name ({', '.join(sorted(NAMED_PATTERNS))}) "
+            f"nor a valid regex ({e}); pass one of the names or fix the regex"
+        ) from e
+
+
+def _debug_traceback(e: BaseException) -> None:
+    import os
+    import traceback
+
+    if os.environ.get("HBPE_DEBUG", "") not in ("", "0"):
+        traceback.print_exception(e, file=sys.stderr)
+
+
+def _internal_error(e: BaseException) -> NoReturn:
+    _debug_traceback(e)
+    click.echo(
+        f"error: internal error: {type(e).__name__}: {_one_line(str(e)) or repr(e)} "
+        "(rerun with HBPE_DEBUG=1 for the traceback; please report it)",
+        err=True,
+    )
+    sys.exit(1)
 
 
 def _emit(obj: Any, as_json: bool, render: Callable[[Any], str]) -> None:
@@ -47,7 +119,8 @@ def main() -> None:
     quiet = (
         "ignore::FutureWarning:google.api_core._python_package_support,ignore::FutureWarning:google.auth.transport.grpc"
     )
-    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), quiet]))
+    if quiet not in os.environ.get("PYTHONWARNINGS", ""):  # once, also when `main` runs many times in one process
+        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), quiet]))
     warnings.filterwarnings("ignore", message=".*Post-Quantum Cryptography.*", category=FutureWarning)
 
 
@@ -89,6 +162,7 @@ def tokenizer_train(
 
     from pipeline import tokenizer_io
 
+    _check_pattern(pattern)
     t = time.perf_counter()
     tok = tokenizer_io.train_tokenizer(encoding, max_patch_size=max_patch_size, mode=mode, pattern=pattern)
     tokenizer_io.save(tok, out, overwrite=overwrite)
@@ -111,6 +185,7 @@ def tokenizer_train_bpe(corpus: tuple[str, ...], vocab_size: int, pattern: str, 
     from pipeline.first_stage_train import count_words, train_ranks, write_encoding
     from pipeline.tokenizer_stats import read_texts
 
+    _check_pattern(pattern)
     texts, _ = read_texts(corpus)
     words = count_words(texts, pattern)
     ranks = train_ranks(words, vocab_size, min_count=min_count)
@@ -156,23 +231,41 @@ def tokenizer_encode(tokenizer_dir: str, input_file: Any) -> None:
 
 @tokenizer.command("decode")
 @click.option("--tokenizer", "tokenizer_dir", required=True, type=click.Path(exists=True, file_okay=False))
-@click.option("--input", "input_file", type=click.File("r"), default="-", help="JSON from `encode` (default: stdin).")
+@click.option("--input", "input_file", type=click.File("rb"), default="-", help="JSON from `encode` (default: stdin).")
 def tokenizer_decode(tokenizer_dir: str, input_file: Any) -> None:
     """JSON from `encode` -> the text (from `patches`, or `tokens` when no patches are given)."""
     from pipeline import tokenizer_io
 
     try:
-        obj = json.load(input_file)
+        obj = json.loads(input_file.read().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise HbpeError(f"input is not UTF-8 (byte {e.start}); pass the output of `hbpe tokenizer encode`") from e
     except json.JSONDecodeError as e:
         raise HbpeError(f"input is not JSON ({e}); pass the output of `hbpe tokenizer encode`") from e
     if not isinstance(obj, dict) or not ({"patches", "tokens"} & obj.keys()):
         raise HbpeError('input JSON needs a "patches" or "tokens" list, as written by `hbpe tokenizer encode`')
     tok = tokenizer_io.load(tokenizer_dir)
     if "patches" in obj:
-        text = tok.decode_symbols_bytes(s for p in obj["patches"] for s in p).decode("utf-8", errors="replace")
+        rows = obj["patches"]
+        if not isinstance(rows, list) or not all(isinstance(p, list) for p in rows):
+            raise HbpeError('"patches" must be a list of lists of symbol ids, as written by `hbpe tokenizer encode`')
+        symbols = _ids([s for p in rows for s in p], tok.vocab_size, '"patches"', "symbol")
+        text = tok.decode_symbols_bytes(symbols).decode("utf-8", errors="replace")
     else:
-        text = tok.decode_tokens(obj["tokens"])
+        tokens = obj["tokens"] if isinstance(obj["tokens"], list) else [obj["tokens"]]
+        text = tok.decode_tokens(_ids(tokens, tok.encoding.max_token_value + 1, '"tokens"', "first-stage token"))
     sys.stdout.write(text)
+
+
+def _ids(values: list[Any], n: int, where: str, what: str) -> list[int]:
+    """Ids a user handed in, each an int in [0, n): a negative one would index from the end, silently."""
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < n:
+            raise HbpeError(
+                f"{where} holds {v!r}, not a {what} id of this tokenizer (0..{n - 1}); "
+                "pass the output of `hbpe tokenizer encode` with the same --tokenizer"
+            )
+    return values
 
 
 @tokenizer.command("stats")
@@ -252,8 +345,14 @@ def bench_sweep_cmd(encodings: str, sizes: str, corpus: str, repeat: int, as_jso
     from pipeline.bench_tokenizer import bench_sweep
     from pipeline.tokenizer_stats import read_texts
 
+    try:
+        max_patch_sizes = [int(s) for s in sizes.split(",")]
+    except ValueError as e:
+        raise HbpeError(f"--sizes {sizes!r} is not a comma-separated list of integers; e.g. --sizes 6,8,10") from e
+    if min(max_patch_sizes) < 2:
+        raise HbpeError(f"--sizes {sizes!r}: every S must be at least 2; e.g. --sizes 6,8,10")
     texts, _ = read_texts([corpus])
-    rows = bench_sweep(encodings.split(","), [int(s) for s in sizes.split(",")], texts, repeat=repeat)
+    rows = bench_sweep(encodings.split(","), max_patch_sizes, texts, repeat=repeat)
 
     def render(rows: list[dict]) -> str:
         head = f"{'encoding':<12} {'S':>3} {'merges':>7} {'V_prime':>7} {'train_ms':>9} {'B/patch':>8} {'sym/p full':>10} {'sym/p min':>10}"

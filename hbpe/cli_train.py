@@ -88,17 +88,22 @@ def register(main: click.Group, bench: click.Group) -> None:
     def generate_cmd(
         checkpoint: str, prompt: str, max_bytes: int, temperature: float, seed: int, no_cache: bool
     ) -> None:
-        """Generate text patch by patch."""
+        """Generate text patch by patch (at most --max-bytes new bytes, cut at a UTF-8 character boundary)."""
         from training.checkpoint import load_model
-        from training.generate import generate
+        from training.generate import check_generate_args, generate
 
+        check_generate_args(prompt, max_bytes=max_bytes, temperature=temperature)  # before loading a model
         model, tok, _ = load_model(checkpoint)
         g = generate(
             model, tok, prompt, max_bytes=max_bytes, temperature=temperature, use_cache=not no_cache, seed=seed
         )
         click.echo(g.text)
+        why = {
+            "eod": " (the model ended the document)",
+            "context": f" (the model's latent context, model.max_patches={model.cfg.max_patches}, is full)",
+        }.get(g.stopped, "")
         click.echo(
-            f"[{g.new_bytes} bytes, {g.patches} patches, {g.symbols} symbols in {g.seconds:.2f}s; stopped: {g.stopped}]",
+            f"[{g.new_bytes} bytes, {g.patches} patches, {g.symbols} symbols in {g.seconds:.2f}s; stopped: {g.stopped}{why}]",
             err=True,
         )
 

@@ -119,7 +119,7 @@ def load_rank_file(
         raise EncodingUnavailableError(f"rank file {path} does not exist; pass an existing .tiktoken file")
     ranks = parse_rank_file(path.read_bytes(), source=str(path))
     sidecar = path.with_suffix(".json")
-    meta = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
+    meta = _read_sidecar(sidecar) if sidecar.is_file() else {}
     pat = resolve_pattern(pattern) if pattern else meta.get("pattern")
     if not pat:
         raise EncodingUnavailableError(
@@ -131,6 +131,21 @@ def load_rank_file(
     return tiktoken.Encoding(
         name=meta.get("name", path.stem), pat_str=pat, mergeable_ranks=ranks, special_tokens=dict(special_tokens)
     )
+
+
+def _read_sidecar(sidecar: Path) -> dict:
+    """The `NAME.json` that `hbpe tokenizer train-bpe` writes beside its rank file."""
+    try:
+        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise EncodingUnavailableError(
+            f"{sidecar}: not valid JSON ({e}); fix it, or delete it and pass --pattern NAME_OR_REGEX"
+        ) from e
+    if not isinstance(meta, dict) or not isinstance(meta.get("pattern", ""), str):
+        raise EncodingUnavailableError(
+            f"{sidecar}: expected an object with a string 'pattern'; fix it, or delete it and pass --pattern"
+        )
+    return meta
 
 
 def load_encoding(spec: str, *, pattern: str | None = None) -> tiktoken.Encoding:

@@ -1,16 +1,243 @@
-"""Training configuration: typed, validated dataclasses (parsed from YAML in training/config_io.py)."""
+"""Training configuration: typed, validated dataclasses (parsed from YAML in training/config_io.py).
+
+Every field is checked against its annotation whenever a config is built (from YAML, from
+`key=value` overrides, or in code), so a mistake is one ConfigError naming the key, the
+value, the expected type and an example, e.g.
+`optim.lr: got 'abc' (a string), expected a finite number; e.g. optim.lr=0.001`,
+not a TypeError deep inside Composer. The checks follow the annotations, so a new field is
+checked without new code: ints are accepted for floats (and made floats), lists for tuples,
+and bools are never ints. Local paths are checked where a config is loaded
+(training/config_io.py), not here: Composer's launcher ranks parse the same config.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+import difflib
+import functools
+import math
+import re
+import types
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dataclass
+from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
 
 from schemas.errors import ConfigError
 
+# Composer's time units (composer.core.time.TimeUnit) less `sec` and `1h30m` wall-clock strings,
+# which its schedulers and checkpoint intervals do not all take
+TIME_UNITS = ("ba", "ep", "sp", "tok", "iter", "dur")
+_TIME = re.compile(r"((?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)(" + "|".join(TIME_UNITS) + ")", re.IGNORECASE)
+# what Composer 0.32.1's Trainer accepts (composer.core.precision.Precision) less amp_fp8, which
+# needs transformer_engine (not in hbpe's stack); "auto" is hbpe's: amp_bf16 on a GPU, fp32 on CPU
+PRECISIONS = ("auto", "fp32", "amp_fp16", "amp_bf16")
+# composer.utils.device.get_device; tpu/neuron/hpu need torch_xla or Habana packages hbpe does not ship
+DEVICES = ("auto", "cpu", "gpu", "mps")
+# PyYAML reads `3e-4` (no dot) as a string; a float field takes such text as the number it spells
+_FLOAT_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?", re.IGNORECASE)
+
+# Examples for fields whose default does not make one (empty, null, or a whole section)
+_EXAMPLES = {
+    "data.train": "data.train=runs/demo/shards-train",
+    "data.eval": "data.eval=runs/demo/shards-eval",
+    "data.tokenizer": "data.tokenizer=runs/demo/tokenizer",
+    "data.max_patch_size": "data.max_patch_size=8",
+    "data.mode": "data.mode=minimal",
+    "data.cache_dir": "data.cache_dir=/tmp/hbpe-stream-cache",
+    "model": "model.latent_layers=4",
+    "fsdp": "'fsdp={version: 2}'",
+    "load_path": "load_path=runs/train/latest-rank0.pt",
+    "device_microbatch_size": "device_microbatch_size=4",
+}
+
+
+class _Mismatch(Exception):
+    """A value does not fit a type annotation (turned into a ConfigError that names the key)."""
+
+
+def _convert(value: Any, tp: Any) -> Any:
+    """`value` as annotation `tp` (int -> float, list -> tuple, dict -> section), or raise _Mismatch."""
+    origin, args = get_origin(tp), get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is not type(None):
+                try:
+                    return _convert(value, a)
+                except _Mismatch:
+                    pass
+        raise _Mismatch
+    if tp is bool or tp is str:
+        if isinstance(value, tp):
+            return value
+        raise _Mismatch
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):  # True is an int to Python, not to a config
+            return value
+        raise _Mismatch
+    if tp is float:
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (numeric or (isinstance(value, str) and _FLOAT_TEXT.fullmatch(value.strip()))):
+            raise _Mismatch
+        number = float(value)
+        if not math.isfinite(number):  # .inf / nan would poison the optimizer silently
+            raise _Mismatch
+        return number
+    if origin is tuple:
+        if isinstance(value, (list, tuple)) and len(value) == len(args) and Ellipsis not in args:
+            return tuple(_convert(v, a) for v, a in zip(value, args))
+        raise _Mismatch
+    if tp is dict or origin is dict:
+        if isinstance(value, dict):
+            return value
+        raise _Mismatch
+    if isinstance(tp, type) and is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if isinstance(value, dict):
+            return tp.from_dict(value)  # type: ignore[attr-defined]  # its own messages name its keys
+        raise _Mismatch
+    raise _Mismatch
+
+
+def _expected(tp: Any) -> str:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_expected(a) for a in args)
+    names = {type(None): "null", bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
+    if tp in names:
+        return names[tp]
+    if origin is tuple:
+        return f"a list of {len(args)} numbers" if set(args) <= {int, float} else f"a list of {len(args)} items"
+    if tp is dict or origin is dict:
+        return "a mapping"
+    if isinstance(tp, type) and is_dataclass(tp):
+        return f"a section with keys {', '.join(f.name for f in fields(tp))}"
+    return str(tp)
+
+
+def _kind(value: Any) -> str:
+    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", type(None): "null"}
+    if type(value) in kinds:
+        return kinds[type(value)]
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)}"
+    return "a mapping" if isinstance(value, dict) else type(value).__name__
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _scalar(value: Any) -> str:
+    """A value as it is written on the command line (`key=value`, parsed as YAML)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_scalar(v) for v in value) + "]"
+    return str(value)
+
+
+def _example(cls: type, f: Field, tp: Any) -> str:
+    key = cls._key(f.name)  # type: ignore[attr-defined]
+    if key in _EXAMPLES:
+        return _EXAMPLES[key]
+    if isinstance(tp, type) and is_dataclass(tp):
+        first = fields(tp)[0]
+        return _example(tp, first, _hints(tp)[first.name])
+    default = f.default if f.default is not MISSING else None
+    if default is None or default == "":
+        inner = [a for a in get_args(tp) if a is not type(None)] or [tp]
+        default = {int: 1, float: 0.5, bool: True}.get(inner[0], "TEXT")
+    return f"{key}={_scalar(default)}"
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)  # resolves the string annotations of `from __future__ import annotations`
+
+
+def _fail(key: str, value: Any, expected: str, example: str) -> ConfigError:
+    return ConfigError(f"{key}: got {_show(value)} ({_kind(value)}), expected {expected}; e.g. {example}")
+
+
+def _check_time(key: str, value: Any, example: str, *, zero_ok: bool = False, fraction_ok: bool = True) -> None:
+    """A Composer time string (`100ba`, `2ep`, `1000sp`, `1e6tok`, `0.1dur`), as composer.core.Time reads it."""
+    m = _TIME.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise _fail(key, value, f"a Composer time string: a number and a unit ({', '.join(TIME_UNITS)})", example)
+    number, unit = float(m.group(1)), m.group(2).lower()
+    if unit == "dur":
+        if not fraction_ok:
+            raise ConfigError(f"{key}={value}: a fraction of the run (dur) cannot set the run's length; e.g. {example}")
+        if number > 1:
+            raise ConfigError(f"{key}={value}: dur is a fraction of the run, from 0 to 1; e.g. {key}=0.1dur")
+    elif number != int(number):
+        raise ConfigError(f"{key}={value}: {unit} counts whole units; e.g. {example}")
+    if number == 0 and not zero_ok:
+        raise ConfigError(f"{key}={value}: must be more than 0; e.g. {example}")
+
+
+def _check_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{key}: got {_show(value)}, expected one of {', '.join(choices)}; e.g. {key}={choices[0]}")
+
+
+def _check_range(key: str, ok: bool, value: Any, rule: str, example: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={_scalar(value)}: {rule}; e.g. {example}")
+
+
+class _Section:
+    """What the config dataclasses share: built from a mapping, every field checked against its annotation."""
+
+    _section: ClassVar[str] = ""  # prefix of this section's keys in messages: "data" -> "data.train"
+
+    @classmethod
+    def _key(cls, name: str) -> str:
+        return f"{cls._section}.{name}" if cls._section else name
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Self:
+        """A mapping (parsed YAML) -> the dataclass; unknown keys and wrong types are one ConfigError each."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"the config must be a mapping of keys, got {_show(d)} ({_kind(d)})")
+        known = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        unknown = [k for k in d if k not in known]
+        if unknown:
+            where = f" in {cls._section}" if cls._section else ""
+            shown = sorted(cls._key(str(k)) for k in unknown)
+            near = difflib.get_close_matches(str(unknown[0]), known, n=1)
+            hint = f" (did you mean {cls._key(near[0])}?)" if near else ""
+            raise ConfigError(f"unknown config keys {shown}{hint}; known{where}: {sorted(known)}")
+        return cls(**d)
+
+    def _check_fields(self) -> None:
+        """Each field against its annotation; a coerced value (int -> float, list -> tuple) replaces the given one."""
+        cls, hints = type(self), _hints(type(self))
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            try:
+                converted = _convert(value, hints[f.name])
+            except _Mismatch:
+                raise _fail(
+                    cls._key(f.name), value, _expected(hints[f.name]), _example(cls, f, hints[f.name])
+                ) from None
+            if converted is not value:
+                object.__setattr__(self, f.name, converted)  # frozen dataclass: set once, while it is being built
+
+    def _example_of(self, name: str) -> str:
+        f = next(f for f in fields(self) if f.name == name)  # type: ignore[arg-type]
+        return _example(type(self), f, _hints(type(self))[name])
+
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(_Section):
     """Latent transformer + local encoder/decoder sizes. V' and S come from the tokenizer."""
+
+    _section: ClassVar[str] = "model"
 
     latent_layers: int = 2
     latent_dim: int = 64
@@ -24,23 +251,32 @@ class ModelConfig:
     pooling: str = "mean"  # how a patch's symbol states become e_t: "mean" over real symbols, or "eop"
     conditioning: str = "prefix"  # how h_t enters the decoder: "prefix" position, or "add" to every input
     io: str = "hierarchical"  # input/output side: "hierarchical" (BPE-patch) or "bpe" (embedding baseline)
+    tie_embeddings: bool = True  # BPE baseline: one matrix for input embedding and output head, as in the paper
     dropout: float = 0.0
     rope_theta: float = 10000.0
     max_patches: int = 4096  # longest latent context (RoPE has no table to outgrow; used for checks)
 
     def __post_init__(self) -> None:
-        for name in ("latent_dim", "local_dim"):
-            heads = self.latent_heads if name == "latent_dim" else self.local_heads
-            if getattr(self, name) % heads or (getattr(self, name) // heads) % 2:
-                raise ConfigError(f"{name}={getattr(self, name)} must split into an even head size over {heads} heads")
-        if self.pooling not in ("mean", "eop"):
-            raise ConfigError(f"pooling must be 'mean' or 'eop', got {self.pooling!r}")
-        if self.conditioning not in ("prefix", "add"):
-            raise ConfigError(f"conditioning must be 'prefix' or 'add', got {self.conditioning!r}")
-        if self.io not in ("hierarchical", "bpe"):
-            raise ConfigError(f"io must be 'hierarchical' or 'bpe', got {self.io!r}")
-        if min(self.latent_layers, self.encoder_layers, self.decoder_layers) < 1:
-            raise ConfigError("every transformer needs at least one layer")
+        self._check_fields()
+        sizes = [f.name for f in fields(self) if f.name.endswith(("_layers", "_dim", "_ffn", "_heads"))]
+        for name in sizes:  # every transformer needs a layer, a width and a head
+            value = getattr(self, name)
+            _check_range(f"model.{name}", value >= 1, value, "must be at least 1", self._example_of(name))
+        for name, heads in (("latent_dim", self.latent_heads), ("local_dim", self.local_heads)):
+            dim = getattr(self, name)
+            if dim % heads or (dim // heads) % 2:  # RoPE rotates pairs of channels within a head
+                raise ConfigError(
+                    f"model.{name}={dim} must split into an even head size over {heads} heads; "
+                    f"e.g. model.{name}={heads * max(2, dim // heads + (dim // heads) % 2)}"
+                )
+        _check_choice("model.pooling", self.pooling, ("mean", "eop"))
+        _check_choice("model.conditioning", self.conditioning, ("prefix", "add"))
+        _check_choice("model.io", self.io, ("hierarchical", "bpe"))
+        _check_range("model.dropout", 0 <= self.dropout < 1, self.dropout, "must be in [0, 1)", "model.dropout=0.1")
+        _check_range("model.rope_theta", self.rope_theta > 0, self.rope_theta, "must be > 0", "model.rope_theta=10000")
+        _check_range(
+            "model.max_patches", self.max_patches >= 1, self.max_patches, "must be >= 1", "model.max_patches=4096"
+        )
 
 
 # The paper's sizes (latent / local), SPEC section 1; `tiny` trains on 2 CPU cores in minutes.
@@ -72,13 +308,19 @@ MODEL_SIZES: dict[str, dict[str, Any]] = {
 
 
 def model_config(size: str = "tiny", **overrides: Any) -> ModelConfig:
-    if size not in MODEL_SIZES:
-        raise ConfigError(f"unknown model size {size!r}; choose one of {', '.join(MODEL_SIZES)}")
-    return ModelConfig(**{**MODEL_SIZES[size], **overrides})
+    """A size preset (`tiny`, `small`, `medium`) with some fields replaced."""
+    return _model_config(size, overrides)
+
+
+def _model_config(size: str, overrides: dict[Any, Any]) -> ModelConfig:
+    _check_choice("model_size", size, tuple(MODEL_SIZES))
+    return ModelConfig.from_dict({**MODEL_SIZES[size], **overrides})  # unknown keys are named as model.KEY
 
 
 @dataclass(frozen=True)
-class DataConfig:
+class DataConfig(_Section):
+    _section: ClassVar[str] = "data"
+
     train: str = ""  # shard directory or URI from `hbpe convert`
     eval: str | None = None  # held-out shards
     tokenizer: str | None = None  # default: the shards' own tokenizer copy
@@ -89,9 +331,19 @@ class DataConfig:
     shuffle_seed: int = 17
     num_workers: int = 0
 
+    def __post_init__(self) -> None:
+        self._check_fields()
+        m = self.max_patch_size
+        _check_range("data.max_patch_size", m is None or m >= 2, m, "S must be at least 2", "data.max_patch_size=8")
+        if self.mode is not None:
+            _check_choice("data.mode", self.mode, ("full", "minimal"))
+        _check_range("data.num_workers", self.num_workers >= 0, self.num_workers, "must be >= 0", "data.num_workers=2")
+
 
 @dataclass(frozen=True)
-class OptimConfig:
+class OptimConfig(_Section):
+    _section: ClassVar[str] = "optim"
+
     lr: float = 1e-3
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
@@ -99,11 +351,26 @@ class OptimConfig:
     warmup: str = "10ba"
     schedule: str = "cosine"  # "cosine" (to alpha_f * lr) or "constant"
     alpha_f: float = 0.1
-    grad_clip_norm: float = 1.0
+    grad_clip_norm: float = 1.0  # 0 turns clipping off
+
+    def __post_init__(self) -> None:
+        # before the type check, so `optim.warmup=10` is told about units rather than "expected a string"
+        _check_time("optim.warmup", self.warmup, "optim.warmup=10ba", zero_ok=True)
+        self._check_fields()
+        _check_range("optim.lr", self.lr > 0, self.lr, "must be > 0", "optim.lr=3.0e-4")
+        b = self.betas
+        _check_range("optim.betas", all(0 <= x < 1 for x in b), b, "each must be in [0, 1)", "optim.betas=[0.9,0.95]")
+        _check_range("optim.eps", self.eps > 0, self.eps, "must be > 0", "optim.eps=1.0e-8")
+        wd = self.weight_decay
+        _check_range("optim.weight_decay", wd >= 0, wd, "must be >= 0", "optim.weight_decay=0.1")
+        _check_choice("optim.schedule", self.schedule, ("cosine", "constant"))
+        _check_range("optim.alpha_f", 0 <= self.alpha_f <= 1, self.alpha_f, "must be in [0, 1]", "optim.alpha_f=0.1")
+        g = self.grad_clip_norm
+        _check_range("optim.grad_clip_norm", g >= 0, g, "must be >= 0 (0: no clipping)", "optim.grad_clip_norm=1.0")
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(_Section):
     run_name: str = "hbpe"
     seed: int = 17
     model_size: str = "tiny"
@@ -121,6 +388,7 @@ class TrainConfig:
     save_interval: str = "50ba"
     save_num_checkpoints_to_keep: int = 3
     autoresume: bool = False
+    save_overwrite: bool = False  # replace a previous run's checkpoints in save_folder (Composer's convention)
     load_path: str | None = None
     fsdp: dict[str, Any] | None = None  # e.g. {version: 2} or FSDP1 {sharding_strategy: FULL_SHARD, ...}
     activation_checkpointing: bool = False
@@ -129,34 +397,35 @@ class TrainConfig:
     log_file: str | None = "train.log"
 
     def __post_init__(self) -> None:
+        # time strings first: `max_duration=100` gets the message about units, not "expected a string"
+        _check_time("max_duration", self.max_duration, "max_duration=100ba", fraction_ok=False)
+        for name in ("eval_interval", "save_interval", "log_interval"):
+            _check_time(name, getattr(self, name), f"{name}=50ba")
+        self._check_fields()
         if self.global_batch_size < 1:
-            raise ConfigError(f"global_batch_size must be >= 1, got {self.global_batch_size}")
+            raise ConfigError(f"global_batch_size must be >= 1, got {self.global_batch_size}; e.g. global_batch_size=8")
+        micro = self.device_microbatch_size
+        if micro != "auto" and not (isinstance(micro, int) and micro >= 1):
+            raise _fail("device_microbatch_size", micro, "'auto' or an integer >= 1", "device_microbatch_size=4")
+        _check_choice("precision", self.precision, PRECISIONS)
+        _check_choice("device", self.device, DEVICES)
+        if self.device == "cpu" and self.precision not in ("auto", "fp32"):
+            raise ConfigError(
+                f"precision={self.precision} needs a GPU (Composer trains fp32 on CPU); with device=cpu use precision=fp32"
+            )
+        n = self.eval_subset_num_batches
+        _check_range("eval_subset_num_batches", n == -1 or n >= 1, n, "-1 (all) or >= 1", "eval_subset_num_batches=20")
+        k = self.save_num_checkpoints_to_keep
+        _check_range("save_num_checkpoints_to_keep", k >= -1, k, "-1 (all) or >= 0", "save_num_checkpoints_to_keep=3")
+        for name in ("run_name", "save_folder"):
+            _check_range(name, bool(getattr(self, name)), "''", "must not be empty", self._example_of(name))
         if not self.data.train:
             raise ConfigError("data.train is empty: set it to a shard directory from `hbpe convert`")
-        model_config(self.model_size, **self.model)  # validates the model block early
+        _model_config(self.model_size, self.model)  # validates the model block early
 
     @property
     def model_config(self) -> ModelConfig:
-        return model_config(self.model_size, **self.model)
+        return _model_config(self.model_size, self.model)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ConfigError(f"unknown config keys {sorted(unknown)}; known: {sorted(known)}")
-        d = dict(d)
-        try:
-            if "data" in d:
-                d["data"] = DataConfig(**d["data"])
-            if "optim" in d:
-                o = dict(d["optim"])
-                if "betas" in o:
-                    o["betas"] = tuple(o["betas"])
-                d["optim"] = OptimConfig(**o)
-        except TypeError as e:
-            raise ConfigError(f"bad data/optim block: {e}") from e
-        return cls(**d)

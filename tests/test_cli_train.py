@@ -1,8 +1,12 @@
+import dataclasses
 import json
 
+import click
+import pytest
 from click.testing import CliRunner
 
 from hbpe.cli import main
+from schemas.errors import ConfigError
 
 
 def test_train_eval_generate_commands(sample_shards, tmp_path):
@@ -53,3 +57,158 @@ def test_train_bpe_command(tmp_path):
         main, ["tokenizer", "train", "--encoding", str(out), "-S", "6", "--out", str(tmp_path / "tok")]
     )
     assert r.exit_code == 0 and "V'=" in r.output
+
+
+# --------------------------------------------------------------------------- one clear line for user mistakes
+
+
+def _fails(r, code: int, message: str) -> None:
+    """Exit `code`, exactly one line of output that starts `error: ` and contains `message`, no traceback."""
+    assert r.exit_code == code, r.output
+    assert isinstance(r.exception, SystemExit), repr(r.exception)  # nothing escaped to click's runner
+    assert "Traceback" not in r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.output
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("optim.lr=abc", "optim.lr: got 'abc' (a string), expected a finite number; e.g. optim.lr=0.001"),
+        ("global_batch_size=abc", "global_batch_size: got 'abc' (a string), expected an integer"),
+        ("global_batch_size=1.5", "global_batch_size: got 1.5 (a number), expected an integer"),
+        ("seed=true", "seed: got True (a boolean), expected an integer; e.g. seed=17"),
+        ("max_duration=banana", "max_duration: got 'banana' (a string), expected a Composer time string"),
+        ("eval_interval=10", "eval_interval: got 10 (an integer), expected a Composer time string"),
+        ("save_interval=1.5ep", "save_interval=1.5ep: ep counts whole units"),
+        ("optim.warmup=fast", "optim.warmup: got 'fast' (a string), expected a Composer time string"),
+        ("precision=fp64", "precision: got 'fp64', expected one of auto, fp32, amp_fp16, amp_bf16"),
+        ("device=tpu", "device: got 'tpu', expected one of auto, cpu, gpu, mps"),
+        ("model.latent_layer=3", "unknown config keys ['model.latent_layer'] (did you mean model.latent_layers?)"),
+        ("data.shards=x", "unknown config keys ['data.shards']; known in data: "),
+        ("optim.beta1=0.9", "unknown config keys ['optim.beta1'] (did you mean optim.betas?); known in optim: "),
+        ("data=3", "data: got 3 (an integer), expected a section with keys train, eval"),
+        ("optim.betas=[0.9]", "optim.betas: got [0.9] (a list of 1), expected a list of 2 numbers"),
+        ("optim.lr=.inf", "optim.lr: got inf (a number), expected a finite number"),
+        ("nonsense_key=1", "unknown config keys ['nonsense_key']"),
+    ],
+)
+def test_train_config_mistakes_are_one_line(override, message):
+    r = CliRunner().invoke(main, ["train", "tiny", "data.train=somewhere", override])
+    _fails(r, 2, message)
+
+
+def test_train_tiny_outside_the_repo_names_the_missing_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["train", "tiny"])
+    _fails(
+        r,
+        2,
+        f"data.train path runs/demo/shards-train does not exist (relative to the current directory {tmp_path}); "
+        "set data.train=DIR to a shard directory from `hbpe convert`",
+    )
+    r = CliRunner().invoke(main, ["bench", "train", "--config", "tiny", "--batches", "2"])
+    _fails(r, 2, "data.train path runs/demo/shards-train does not exist")
+
+
+@pytest.fixture(scope="module")
+def trained_run(sample_shards, tmp_path_factory):
+    """The tiny model after 20 batches: enough to emit multi-byte patches, not enough to end documents."""
+    from tests.training.test_train import _cfg
+    from training.trainer import train
+
+    folder = tmp_path_factory.mktemp("gen") / "run"
+    extra = ("max_duration=20ba", "eval_interval=20ba", "save_interval=20ba", "console=false")
+    train(_cfg(sample_shards, folder, *extra))
+    return folder
+
+
+PROMPT = "Fellow-Citizens of the Senate"
+
+
+def test_generate_never_exceeds_max_bytes(trained_run):
+    from training.checkpoint import load_model
+    from training.generate import generate
+
+    model, tok, _ = load_model(str(trained_run))
+    bounded = 0
+    for max_bytes in (1, 2, 3, 5, 8, 13, 40):
+        for temperature, seed in ((0.0, 0), (0.8, 1), (0.8, 2)):
+            g = generate(model, tok, PROMPT, max_bytes=max_bytes, temperature=temperature, seed=seed)
+            new_text = g.text[len(PROMPT) :]
+            assert g.text.startswith(PROMPT) and g.stopped in ("max_bytes", "eod"), g
+            assert g.new_bytes <= max_bytes and len(new_text) <= max_bytes, (max_bytes, g)
+            if g.stopped == "max_bytes":  # cut at a UTF-8 character, so at most 3 bytes short
+                assert g.new_bytes >= max_bytes - 3, (max_bytes, g)
+                bounded += 1
+    assert bounded >= 15  # the limit, not the end of a document, stopped most runs
+
+
+def test_generate_stops_when_the_latent_context_is_full(trained_run):
+    from training.checkpoint import load_model
+    from training.generate import generate
+
+    model, tok, _ = load_model(str(trained_run))
+    model.cfg = dataclasses.replace(model.cfg, max_patches=24)  # a short context, so the test runs in a second
+    prompt_patches = len(tok.encode(PROMPT))
+    g = generate(model, tok, PROMPT, max_bytes=10**12, temperature=0.0)
+    assert g.stopped == "context" and g.patches == 24 - 1 - prompt_patches + 1, g
+    with pytest.raises(ConfigError, match=r"the prompt is \d+ patches and the model's latent context holds 24"):
+        generate(model, tok, PROMPT * 10, max_bytes=10)
+
+
+def test_generate_arguments_are_checked(trained_run):
+    from training.generate import check_generate_args, cut_utf8
+
+    with pytest.raises(ConfigError, match=r"the prompt is not valid UTF-8 \(byte 0xff at character 3\)"):
+        check_generate_args("abc\udcff", max_bytes=10, temperature=0.0)
+    for t in (float("inf"), float("nan"), -1.0):
+        with pytest.raises(ConfigError, match=r"temperature=.*: must be a finite number >= 0 \(0 = greedy\)"):
+            check_generate_args("abc", max_bytes=10, temperature=t)
+    with pytest.raises(ConfigError, match=r"max_bytes=0: must be an integer >= 1"):
+        check_generate_args("abc", max_bytes=0, temperature=0.0)
+    assert cut_utf8("café".encode(), 4) == b"caf" and cut_utf8("café".encode(), 5) == "café".encode()
+    assert cut_utf8("😀".encode(), 3) == b"" and cut_utf8(b"\x80\x80\x80\x80\x80", 4) == b"\x80" * 4
+
+    folder = str(trained_run)
+    r = CliRunner().invoke(main, ["generate", "--checkpoint", folder, "--prompt", "Fellow \udcff"])
+    _fails(r, 2, "error: the prompt is not valid UTF-8 (byte 0xff at character 7); pass UTF-8 text")
+    for t in ("inf", "nan"):
+        r = CliRunner().invoke(main, ["generate", "--checkpoint", folder, "--prompt", "Fellow", "--temperature", t])
+        _fails(
+            r, 2, f"error: temperature={float(t)}: must be a finite number >= 0 (0 = greedy); e.g. --temperature 0.8"
+        )
+    r = CliRunner().invoke(main, ["generate", "--checkpoint", folder, "--prompt", "Fellow", "--max-bytes", "7"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("Fellow") and len(r.stdout.removesuffix("\n").encode()) - len(b"Fellow") <= 7
+    assert "stopped: max_bytes" in r.stderr
+
+
+@pytest.fixture
+def failing_command():
+    """A command that fails the way a bug or Ctrl-C would, registered on the real `hbpe` group."""
+
+    @main.command("fail-for-test")
+    @click.option("--kind", type=click.Choice(["bug", "interrupt"]))
+    def fail(kind: str) -> None:
+        if kind == "interrupt":
+            raise KeyboardInterrupt
+        {}["missing-key"]  # a real bug: KeyError
+
+    yield
+    main.commands.pop("fail-for-test")
+
+
+def test_unexpected_errors_end_in_one_line(failing_command, monkeypatch):
+    monkeypatch.delenv("HBPE_DEBUG", raising=False)
+    r = CliRunner().invoke(main, ["fail-for-test", "--kind", "bug"])
+    _fails(
+        r,
+        1,
+        "error: internal error: KeyError: 'missing-key' (rerun with HBPE_DEBUG=1 for the traceback; please report it)",
+    )
+    r = CliRunner().invoke(main, ["fail-for-test", "--kind", "bug"], env={"HBPE_DEBUG": "1"})
+    assert r.exit_code == 1 and "Traceback (most recent call last)" in r.output and '{}["missing-key"]' in r.output
+    assert r.output.strip().splitlines()[-1].startswith("error: internal error: KeyError: 'missing-key'")
+    r = CliRunner().invoke(main, ["fail-for-test", "--kind", "interrupt"])
+    _fails(r, 130, "error: interrupted")

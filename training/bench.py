@@ -49,8 +49,9 @@ def bench_train(cfg: TrainConfig, *, batches: int) -> dict:
 def bench_generate(checkpoint: str, prompt: str, *, max_bytes: int, repeat: int = 2) -> dict:
     """Greedy generation with and without KV caches on the same prompt; they must agree."""
     from training.checkpoint import load_model
-    from training.generate import generate
+    from training.generate import check_generate_args, generate
 
+    check_generate_args(prompt, max_bytes=max_bytes, temperature=0.0)  # before loading a model
     model, tok, _ = load_model(checkpoint)
     res = {}
     for use_cache in (True, False):

@@ -1,4 +1,10 @@
-"""YAML configs with dotted `key=value` overrides -> a validated TrainConfig."""
+"""YAML configs with dotted `key=value` overrides -> a validated TrainConfig.
+
+`load_config` is the entry every caller uses (the CLI, the demo, Composer's launcher ranks):
+after the types (schemas/train_config.py) it checks what only this machine can tell, that
+the local paths exist and the device is there, so `hbpe train tiny` run before `make demo`
+or from another directory says which path is missing and how to set it.
+"""
 
 from __future__ import annotations
 
@@ -19,10 +25,15 @@ def resolve_config_path(path: str) -> Path:
     if p.is_file():
         return p
     shipped = CONFIG_DIR / f"{path.removesuffix('.yaml')}.yaml"
-    if shipped.is_file():
+    if path and shipped.is_file():
         return shipped
     names = ", ".join(sorted(q.stem for q in CONFIG_DIR.glob("*.yaml")))
-    raise ConfigError(f"config {path} not found; pass a YAML file or one of the shipped configs: {names}")
+    what = "is a directory" if path and p.is_dir() else "not found"
+    raise ConfigError(f"config {path!r} {what}; pass a YAML file or one of the shipped configs: {names}")
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())
 
 
 def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -31,20 +42,92 @@ def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not key=value (e.g. optim.lr=3e-4)")
         key, raw = item.split("=", 1)
-        cur = d
         parts = key.split(".")
-        for p in parts[:-1]:
+        if not all(parts):
+            raise ConfigError(f"override {item!r} has an empty key part; write dotted keys like optim.lr=3e-4")
+        cur = d
+        for i, p in enumerate(parts[:-1]):
             cur = cur.setdefault(p, {})
             if not isinstance(cur, dict):
-                raise ConfigError(f"override {key}: {p} is not a section")
-        cur[parts[-1]] = yaml.safe_load(raw)
+                section = ".".join(parts[: i + 1])
+                raise ConfigError(f"override {key}: {section} is {cur!r}, not a section; set {section}.KEY=VALUE only")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            # text that is not a YAML scalar (`[0.9`, `a: b: c`) stays the text: the type check then says what fits
+            value = raw
+        cur[parts[-1]] = value
     return d
 
 
-def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
+def check_local(cfg: TrainConfig) -> None:
+    """What only this machine can tell: local paths exist, the device and precision are available.
+
+    Remote URIs (`gs://`, `s3://`) are left to their readers (streaming, Composer).
+    """
+    hints = {
+        "data.train": ("a directory", "DIR", "a shard directory from `hbpe convert`"),
+        "data.eval": ("a directory", "DIR", "held-out shards from `hbpe convert`, or data.eval=null for no eval"),
+        "data.tokenizer": (
+            "a directory",
+            "DIR",
+            "a `hbpe tokenizer train` output, or data.tokenizer=null for the shards' own tokenizer",
+        ),
+        "load_path": ("a file", "FILE", "a checkpoint .pt of `hbpe train`, or load_path=null"),
+    }
+    values = {"data.train": cfg.data.train, "data.eval": cfg.data.eval, "data.tokenizer": cfg.data.tokenizer}
+    values["load_path"] = cfg.load_path
+    for key, value in values.items():
+        if not value or "://" in value:
+            continue
+        kind, placeholder, fix = hints[key]
+        p = Path(value)
+        where = "" if p.is_absolute() else f" (relative to the current directory {Path.cwd()})"
+        if not p.exists():
+            demo = " (`make demo` in the repo root writes runs/demo/)" if value.startswith("runs/demo/") else ""
+            raise ConfigError(f"{key} path {value} does not exist{where}; set {key}={placeholder} to {fix}{demo}")
+        if (kind == "a directory") != p.is_dir():
+            raise ConfigError(f"{key} path {value} is not {kind}{where}; set {key}={placeholder} to {fix}")
+    _check_device(cfg)
+
+
+def _check_device(cfg: TrainConfig) -> None:
+    """device=gpu on a machine without CUDA, or a GPU precision where training will run on CPU."""
+    if cfg.device == "cpu" or (cfg.device == "auto" and cfg.precision in ("auto", "fp32")):
+        return  # nothing to ask torch (and no torch import for the common case)
+    import torch
+
+    if cfg.device == "gpu" and not torch.cuda.is_available():
+        raise ConfigError("device=gpu but torch sees no CUDA GPU here; use device=auto (or cpu)")
+    if cfg.device == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device=mps but torch sees no Apple MPS device here; use device=auto (or cpu)")
+    on_cpu = cfg.device == "auto" and not torch.cuda.is_available()
+    if on_cpu and cfg.precision not in ("auto", "fp32"):
+        raise ConfigError(
+            f"precision={cfg.precision} needs a GPU and this machine has none (training runs on CPU in fp32); "
+            "use precision=auto (or fp32)"
+        )
+
+
+def load_config(path: str, overrides: list[str] | None = None, *, check_paths: bool = True) -> TrainConfig:
+    """Read a YAML config (a path or a shipped name), apply overrides, validate.
+
+    `check_paths=False` skips `check_local` (a config built on one machine for another).
+    """
     p = resolve_config_path(path)
     try:
-        d = yaml.safe_load(p.read_text()) or {}
+        d = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: invalid YAML ({e})") from e
-    return TrainConfig.from_dict(apply_overrides(d, list(overrides or [])))
+        raise ConfigError(f"{p}: invalid YAML ({_one_line(e)}); fix the file or pass a shipped config") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {e.start}); pass a YAML config file") from e
+    if d is None:
+        d = {}
+    if not isinstance(d, dict):
+        raise ConfigError(
+            f"{p}: the top level is {type(d).__name__}, not a mapping of config keys; write it like `max_duration: 100ba`"
+        )
+    cfg = TrainConfig.from_dict(apply_overrides(d, list(overrides or [])))
+    if check_paths:
+        check_local(cfg)
+    return cfg

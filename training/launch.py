@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from schemas.errors import HbpeError
 from training.config_io import load_config
 from training.trainer import train
 
@@ -13,7 +14,11 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
         raise SystemExit("usage: python -m training.launch CONFIG [key=value ...]")
-    result = train(load_config(argv[0], argv[1:]))
+    try:
+        result = train(load_config(argv[0], argv[1:]))
+    except HbpeError as e:  # one line per rank, as `hbpe train` prints it, not a traceback
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
     from composer.utils import dist
 
     if dist.get_global_rank() == 0:

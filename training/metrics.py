@@ -25,7 +25,9 @@ class _NllRatio(Metric):
         self.denominator += denominator.detach().sum().to(torch.long)
 
     def compute(self) -> torch.Tensor:
-        return self.scale * self.nll_nats / self.denominator.clamp_min(1)
+        if int(self.denominator) == 0:  # nothing was predicted: say so rather than report 0
+            return torch.tensor(float("nan"), dtype=torch.float64)
+        return self.scale * self.nll_nats / self.denominator
 
 
 class BitsPerByte(_NllRatio):

@@ -287,10 +287,15 @@ def test_signals_wait_for_the_output_swap():
     from pipeline.beam.progress import signals_deferred
 
     done = []
-    with pytest.raises(KeyboardInterrupt), signals_deferred():
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)  # the handler runs here, in the main thread: it only records the signal
-        done.append("both renames")
+    # Python's own SIGINT handler: importing Composer (in another test of this process) replaces it
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt), signals_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here, in the main thread: it only records the signal
+            done.append("both renames")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert done == ["both renames"]
 
 

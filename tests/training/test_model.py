@@ -80,3 +80,9 @@ def test_shard_reuse_rules(sample_shards, gpt2_tokenizer):
     other = tokenizer_io.train_tokenizer("cl100k_base", max_patch_size=10)
     with pytest.raises(ArtifactError, match="another first-stage BPE.*reconvert"):
         check_compatible(manifest, other, where="shards/")
+
+
+def test_bpb_over_nothing_is_nan_not_zero():
+    from training.metrics import BitsPerByte
+
+    assert math.isnan(float(BitsPerByte().compute()))
