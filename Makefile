@@ -11,7 +11,7 @@ endif
 
 .PHONY: demo test lint install clean
 
-$(STAMP): pyproject.toml setup.py pipeline/_merge_core.c
+$(STAMP): pyproject.toml setup.py pipeline/tokenizer/second_stage/_merge_core.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
@@ -29,4 +29,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf runs build *.egg-info pipeline/*.so
+	rm -rf runs build *.egg-info pipeline/tokenizer/second_stage/*.so

@@ -4,6 +4,10 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension("pipeline._merge_core", ["pipeline/_merge_core.c"], extra_compile_args=["-O3", "-std=c99"]),
+        Extension(
+            "hbpe.pipeline.tokenizer.second_stage._merge_core",
+            ["pipeline/tokenizer/second_stage/_merge_core.c"],
+            extra_compile_args=["-O3", "-std=c99"],
+        ),
     ]
 )

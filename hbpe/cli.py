@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import click
 
 import hbpe
-from schemas.errors import HbpeError
+from hbpe.schemas.errors import HbpeError
 
 
 def _one_line(text: str) -> str:
@@ -69,7 +69,7 @@ def _check_pattern(pattern: str | None) -> None:
     """--pattern: a known name or a regex that compiles, checked before any work starts."""
     import regex
 
-    from pipeline.first_stage import NAMED_PATTERNS, resolve_pattern
+    from hbpe.pipeline.tokenizer.first_stage import NAMED_PATTERNS, resolve_pattern
 
     if pattern is None:
         return
@@ -160,12 +160,12 @@ def tokenizer_train(
     """Learn the second stage (Algorithm 1) over a first-stage vocabulary and save the artifact."""
     import time
 
-    from pipeline import tokenizer_io
+    from hbpe.pipeline.tokenizer import artifact
 
     _check_pattern(pattern)
     t = time.perf_counter()
-    tok = tokenizer_io.train_tokenizer(encoding, max_patch_size=max_patch_size, mode=mode, pattern=pattern)
-    tokenizer_io.save(tok, out, overwrite=overwrite)
+    tok = artifact.train_tokenizer(encoding, max_patch_size=max_patch_size, mode=mode, pattern=pattern)
+    artifact.save(tok, out, overwrite=overwrite)
     click.echo(
         f"trained {tok.encoding.name} S={max_patch_size} mode={mode}: {len(tok.merges)} merges, "
         f"V'={tok.vocab_size} in {time.perf_counter() - t:.2f}s -> {out} (fingerprint {tok.fingerprint[:12]})"
@@ -182,8 +182,8 @@ def tokenizer_train(
 )
 def tokenizer_train_bpe(corpus: tuple[str, ...], vocab_size: int, pattern: str, min_count: int, out: str) -> None:
     """Train a first-stage byte-level BPE in-house; use the result as --encoding PATH."""
-    from pipeline.first_stage_train import count_words, train_ranks, write_encoding
-    from pipeline.tokenizer_stats import read_texts
+    from hbpe.pipeline.tokenizer.first_stage_train import count_words, train_ranks, write_encoding
+    from hbpe.pipeline.tokenizer.stats import read_texts
 
     _check_pattern(pattern)
     texts, _ = read_texts(corpus)
@@ -200,10 +200,10 @@ def tokenizer_train_bpe(corpus: tuple[str, ...], vocab_size: int, pattern: str, 
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="PNG of the patch-length histograms.")
 def tokenizer_info(directory: str, as_json: bool, plot: str | None) -> None:
     """V', merges, S, mode and the vocabulary's patch-length histogram before/after the second stage."""
-    from pipeline import tokenizer_info as info_mod
-    from pipeline import tokenizer_io
+    from hbpe.pipeline.tokenizer import artifact
+    from hbpe.pipeline.tokenizer import info as info_mod
 
-    tok = tokenizer_io.load(directory)
+    tok = artifact.load(directory)
     info = info_mod.describe(tok)
     if plot:
         info_mod.plot_histograms(info, plot)
@@ -215,14 +215,14 @@ def tokenizer_info(directory: str, as_json: bool, plot: str | None) -> None:
 @click.option("--input", "input_file", type=click.File("rb"), default="-", help="UTF-8 text (default: stdin).")
 def tokenizer_encode(tokenizer_dir: str, input_file: Any) -> None:
     """Text -> JSON {"tokens": [...], "patches": [[...], ...]} (patches without PAD)."""
-    from pipeline import tokenizer_io
+    from hbpe.pipeline.tokenizer import artifact
 
     data = input_file.read()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise HbpeError(f"input is not valid UTF-8 (byte {e.start}); convert it to UTF-8 first") from e
-    tok = tokenizer_io.load(tokenizer_dir)
+    tok = artifact.load(tokenizer_dir)
     tokens, patches = tok.encode_patches(text)
     lengths = tok.patch_lengths[tokens.astype("int64")]
     out = {"tokens": tokens.tolist(), "patches": [row[:n].tolist() for row, n in zip(patches, lengths, strict=True)]}
@@ -234,7 +234,7 @@ def tokenizer_encode(tokenizer_dir: str, input_file: Any) -> None:
 @click.option("--input", "input_file", type=click.File("rb"), default="-", help="JSON from `encode` (default: stdin).")
 def tokenizer_decode(tokenizer_dir: str, input_file: Any) -> None:
     """JSON from `encode` -> the text (from `patches`, or `tokens` when no patches are given)."""
-    from pipeline import tokenizer_io
+    from hbpe.pipeline.tokenizer import artifact
 
     try:
         obj = json.loads(input_file.read().decode("utf-8"))
@@ -244,7 +244,7 @@ def tokenizer_decode(tokenizer_dir: str, input_file: Any) -> None:
         raise HbpeError(f"input is not JSON ({e}); pass the output of `hbpe tokenizer encode`") from e
     if not isinstance(obj, dict) or not ({"patches", "tokens"} & obj.keys()):
         raise HbpeError('input JSON needs a "patches" or "tokens" list, as written by `hbpe tokenizer encode`')
-    tok = tokenizer_io.load(tokenizer_dir)
+    tok = artifact.load(tokenizer_dir)
     if "patches" in obj:
         rows = obj["patches"]
         if not isinstance(rows, list) or not all(isinstance(p, list) for p in rows):
@@ -275,11 +275,11 @@ def _ids(values: list[Any], n: int, where: str, what: str) -> list[int]:
 @click.option("--json", "as_json", is_flag=True)
 def tokenizer_stats(tokenizer_dir: str, corpus: tuple[str, ...], text_field: str, as_json: bool) -> None:
     """Bytes per token, symbols per patch (in the tokenizer's mode) and fertility on a corpus."""
-    from pipeline import tokenizer_io
-    from pipeline.documents import RecordPolicy
-    from pipeline.tokenizer_stats import corpus_stats, read_texts
+    from hbpe.pipeline.corpus.documents import RecordPolicy
+    from hbpe.pipeline.tokenizer import artifact
+    from hbpe.pipeline.tokenizer.stats import corpus_stats, read_texts
 
-    tok = tokenizer_io.load(tokenizer_dir)
+    tok = artifact.load(tokenizer_dir)
     texts, rejects = read_texts(corpus, RecordPolicy(text_field=text_field))
     st = corpus_stats(tok, texts)
     st.rejected, st.reject_reasons = sum(rejects.values()), dict(rejects)
@@ -310,12 +310,12 @@ def bench() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def bench_tokenizer_cmd(tokenizer_dir: str, corpus: str, repeat: int, as_json: bool) -> None:
     """Encoding MB/s of tiktoken alone and with the second stage, in one run; second-stage training time."""
-    from pipeline import tokenizer_io
-    from pipeline.bench_tokenizer import bench_tokenizer
-    from pipeline.tokenizer_stats import read_texts
+    from hbpe.pipeline.tokenizer import artifact
+    from hbpe.pipeline.tokenizer.bench import bench_tokenizer
+    from hbpe.pipeline.tokenizer.stats import read_texts
 
     texts, _ = read_texts([corpus])
-    r = bench_tokenizer(tokenizer_io.load(tokenizer_dir), texts, repeat=repeat)
+    r = bench_tokenizer(artifact.load(tokenizer_dir), texts, repeat=repeat)
 
     def render(r: dict) -> str:
         m = r["mb_per_s"]
@@ -342,8 +342,8 @@ def bench_tokenizer_cmd(tokenizer_dir: str, corpus: str, repeat: int, as_json: b
 @click.option("--json", "as_json", is_flag=True)
 def bench_sweep_cmd(encodings: str, sizes: str, corpus: str, repeat: int, as_json: bool) -> None:
     """Merges, V', second-stage training time and symbols/patch in both modes, per encoding and S."""
-    from pipeline.bench_tokenizer import bench_sweep
-    from pipeline.tokenizer_stats import read_texts
+    from hbpe.pipeline.tokenizer.bench import bench_sweep
+    from hbpe.pipeline.tokenizer.stats import read_texts
 
     try:
         max_patch_sizes = [int(s) for s in sizes.split(",")]

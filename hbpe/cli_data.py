@@ -121,8 +121,8 @@ def register(main: click.Group, bench: click.Group) -> None:
         """
         import logging
 
-        from pipeline.beam.convert import ConversionInterrupted, run_convert
-        from schemas.convert_config import ConvertConfig
+        from hbpe.pipeline.beam.convert import ConversionInterrupted, run_convert
+        from hbpe.schemas.convert_config import ConvertConfig
 
         logging.getLogger("apache_beam").setLevel(logging.ERROR)
         cfg = ConvertConfig(
@@ -163,8 +163,8 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True)
     def shards_inspect(directory: str, samples: int, as_json: bool) -> None:
         """Manifest, counts, columns and a few decoded samples."""
-        from pipeline.shard_reader import ShardDir
-        from pipeline.shard_tools import inspect
+        from hbpe.pipeline.shards.reader import ShardDir
+        from hbpe.pipeline.shards.tools import inspect
 
         info = inspect(ShardDir(directory), samples=samples)
         if as_json:
@@ -188,8 +188,8 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.argument("directory", type=click.Path(exists=True, file_okay=False))
     def shards_verify(directory: str) -> None:
         """Hashes, manifest consistency and patches == tokenizer(tokens) on every sample."""
-        from pipeline.shard_reader import ShardDir
-        from pipeline.shard_tools import verify
+        from hbpe.pipeline.shards.reader import ShardDir
+        from hbpe.pipeline.shards.tools import verify
 
         problems = verify(ShardDir(directory))
         if problems:
@@ -203,8 +203,8 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option("--output", required=True, type=click.Path(dir_okay=False))
     def shards_export(directory: str, output: str) -> None:
         """Rebuild the documents from the shards' patches as JSON lines with `text`."""
-        from pipeline.shard_reader import ShardDir
-        from pipeline.shard_tools import export_text_to
+        from hbpe.pipeline.shards.reader import ShardDir
+        from hbpe.pipeline.shards.tools import export_text_to
 
         r = export_text_to(output, ShardDir(directory))
         note = (
@@ -219,8 +219,8 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True)
     def shards_stats(directory: str, as_json: bool) -> None:
         """Counts and statistics of a shard directory."""
-        from pipeline.shard_reader import ShardDir
-        from pipeline.shard_tools import stats
+        from hbpe.pipeline.shards.reader import ShardDir
+        from hbpe.pipeline.shards.tools import stats
 
         st = stats(ShardDir(directory))
         if as_json:
@@ -249,7 +249,7 @@ def register(main: click.Group, bench: click.Group) -> None:
         """Pipeline MB/s vs tiktoken encode_ordinary_batch alone on the same text and cores; peak memory."""
         import logging
 
-        from pipeline.beam.bench_convert import bench_convert as run
+        from hbpe.pipeline.beam.bench_convert import bench_convert as run
 
         logging.getLogger("apache_beam").setLevel(logging.ERROR)
         r = run(

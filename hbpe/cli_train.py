@@ -29,7 +29,7 @@ def register(main: click.Group, bench: click.Group) -> None:
 
         Example: hbpe train tiny data.train=runs/demo/shards-train max_duration=200ba
         """
-        from training.config_io import load_config
+        from hbpe.training.config_io import load_config
 
         cfg = load_config(config, list(overrides))  # validate before launching anything
         if nproc > 1:
@@ -40,12 +40,12 @@ def register(main: click.Group, bench: click.Group) -> None:
                 "-n",
                 str(nproc),
                 "-m",
-                "training.launch",
+                "hbpe.training.launch",
                 config,
                 *overrides,
             ]
             sys.exit(subprocess.call(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
-        from training.trainer import train
+        from hbpe.training.trainer import train
 
         r = train(cfg)
         if as_json:
@@ -67,7 +67,7 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True)
     def eval_cmd(checkpoint: str, data: str, batch_size: int, max_batches: int | None, as_json: bool) -> None:
         """BPB, loss, bytes per patch and symbols per patch on the given shards."""
-        from training.evaluate import evaluate
+        from hbpe.training.evaluate import evaluate
 
         r = evaluate(checkpoint, data, batch_size=batch_size, max_batches=max_batches)
         if as_json:
@@ -89,8 +89,8 @@ def register(main: click.Group, bench: click.Group) -> None:
         checkpoint: str, prompt: str, max_bytes: int, temperature: float, seed: int, no_cache: bool
     ) -> None:
         """Generate text patch by patch (at most --max-bytes new bytes, cut at a UTF-8 character boundary)."""
-        from training.checkpoint import load_model
-        from training.generate import check_generate_args, generate
+        from hbpe.training.checkpoint import load_model
+        from hbpe.training.generate import check_generate_args, generate
 
         check_generate_args(prompt, max_bytes=max_bytes, temperature=temperature)  # before loading a model
         model, tok, _ = load_model(checkpoint)
@@ -114,8 +114,8 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True)
     def bench_train_cmd(config: str, batches: int, overrides: tuple[str, ...], as_json: bool) -> None:
         """Training bytes/s and patches/s (and MFU on a GPU) for a config."""
-        from training.bench import bench_train
-        from training.config_io import load_config
+        from hbpe.training.bench import bench_train
+        from hbpe.training.config_io import load_config
 
         r = bench_train(load_config(config, list(overrides)), batches=batches)
         if as_json:
@@ -134,7 +134,7 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True)
     def bench_generate_cmd(checkpoint: str, prompt: str, max_bytes: int, as_json: bool) -> None:
         """Generation speed with and without KV caches, as a ratio, in one run."""
-        from training.bench import bench_generate
+        from hbpe.training.bench import bench_generate
 
         r = bench_generate(checkpoint, prompt, max_bytes=max_bytes)
         if as_json:

@@ -31,17 +31,17 @@ def _split_sample(corpus_dir: Path) -> tuple[Path, Path]:
 def run_demo(
     out: Path, *, encoding: str = "gpt2", max_patch_size: int = 10, seq_len: int = 128, train_batches: int = 300
 ) -> dict:
-    from pipeline import tokenizer_io
-    from pipeline.beam.convert import run_convert
-    from pipeline.shard_reader import ShardDir
-    from pipeline.shard_tools import verify
-    from pipeline.tokenizer_stats import corpus_stats, read_texts
-    from schemas.convert_config import ConvertConfig
+    from hbpe.pipeline.beam.convert import run_convert
+    from hbpe.pipeline.shards.reader import ShardDir
+    from hbpe.pipeline.shards.tools import verify
+    from hbpe.pipeline.tokenizer import artifact
+    from hbpe.pipeline.tokenizer.stats import corpus_stats, read_texts
+    from hbpe.schemas.convert_config import ConvertConfig
 
     out.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    tok = tokenizer_io.train_tokenizer(encoding, max_patch_size=max_patch_size)
-    tok_dir = tokenizer_io.save(tok, out / "tokenizer", overwrite=True)
+    tok = artifact.train_tokenizer(encoding, max_patch_size=max_patch_size)
+    tok_dir = artifact.save(tok, out / "tokenizer", overwrite=True)
     click.echo(
         f"[1/6] tokenizer: {encoding} + hierarchical BPE S={max_patch_size}: {len(tok.merges)} merges, V'={tok.vocab_size} ({time.perf_counter() - t:.1f}s) -> {tok_dir}"
     )
@@ -72,11 +72,11 @@ def run_demo(
         )
         shards[split] = cfg.output
 
-    from training.checkpoint import load_model
-    from training.config_io import load_config
-    from training.evaluate import evaluate
-    from training.generate import generate
-    from training.trainer import train
+    from hbpe.training.checkpoint import load_model
+    from hbpe.training.config_io import load_config
+    from hbpe.training.evaluate import evaluate
+    from hbpe.training.generate import generate
+    from hbpe.training.trainer import train
 
     train_dir = out / "train"
     click.echo(f"[4/6] training the tiny model on CPU for {train_batches} batches (about a minute) ...")

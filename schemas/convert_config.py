@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from schemas.errors import ConfigError
+from hbpe.schemas.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from schemas.errors import ArtifactError
+from hbpe.schemas.errors import ArtifactError
 
 MANIFEST_FORMAT = "hbpe-shards"
 MANIFEST_VERSION = 1

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas import symbols
-from schemas.canonical import canonical_json, sha256_hex
-from schemas.errors import ArtifactError
+from hbpe.schemas import symbols
+from hbpe.schemas.canonical import canonical_json, sha256_hex
+from hbpe.schemas.errors import ArtifactError
 
 FORMAT_NAME = "hbpe-tokenizer"
 SCHEMA_VERSION = 1

@@ -20,7 +20,7 @@ import types
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dataclass
 from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
 
-from schemas.errors import ConfigError
+from hbpe.schemas.errors import ConfigError
 
 # Composer's time units (composer.core.time.TimeUnit) less `sec` and `1h30m` wall-clock strings,
 # which its schedulers and checkpoint intervals do not all take

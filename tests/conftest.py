@@ -18,21 +18,21 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and (SHARED_DATA / "tiktoken-cache").i
 
 @pytest.fixture(scope="session")
 def gpt2_tokenizer():
-    from pipeline import tokenizer_io
+    from hbpe.pipeline.tokenizer import artifact
 
-    return tokenizer_io.train_tokenizer("gpt2", max_patch_size=10)
+    return artifact.train_tokenizer("gpt2", max_patch_size=10)
 
 
 @pytest.fixture(scope="session")
 def gpt2_tokenizer_dir(tmp_path_factory, gpt2_tokenizer):
-    from pipeline import tokenizer_io
+    from hbpe.pipeline.tokenizer import artifact
 
-    return tokenizer_io.save(gpt2_tokenizer, tmp_path_factory.mktemp("tok") / "gpt2-s10")
+    return artifact.save(gpt2_tokenizer, tmp_path_factory.mktemp("tok") / "gpt2-s10")
 
 
 @pytest.fixture(scope="session")
 def sample_texts():
-    from pipeline.tokenizer_stats import read_texts
+    from hbpe.pipeline.tokenizer.stats import read_texts
 
     texts, rejects = read_texts([str(SAMPLE_EN)])
     assert not rejects
@@ -57,8 +57,8 @@ def split_sample(out_dir: Path, n_train: int = 20) -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def sample_shards(tmp_path_factory, gpt2_tokenizer_dir):
     """(train, eval) shard directories of the bundled sample, seq_len 128."""
-    from pipeline.beam.convert import run_convert
-    from schemas.convert_config import ConvertConfig
+    from hbpe.pipeline.beam.convert import run_convert
+    from hbpe.schemas.convert_config import ConvertConfig
 
     root = tmp_path_factory.mktemp("shards")
     train, held = split_sample(root / "corpus")

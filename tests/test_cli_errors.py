@@ -24,8 +24,8 @@ BEAM = " ".join(IN_MEMORY_BEAM)
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory, gpt2_tokenizer_dir, sample_shards):
     """Paths the cases refer to: good artifacts, and garbage of every kind."""
+    from hbpe.training.trainer import train
     from tests.training.test_train import _cfg
-    from training.trainer import train
 
     root = tmp_path_factory.mktemp("garbage")
     noise = random.Random(0).randbytes
@@ -42,7 +42,7 @@ def ws(tmp_path_factory, gpt2_tokenizer_dir, sample_shards):
     (root / "neg-patches.json").write_text('{"patches": [[-1, 256]]}')
     (root / "bad-tokens.json").write_text('{"tokens": [99999999]}')
     (root / "noise.bin").write_bytes(noise(4096))
-    from pipeline.first_stage_train import count_words, train_ranks, write_encoding
+    from hbpe.pipeline.tokenizer.first_stage_train import count_words, train_ranks, write_encoding
 
     ranks = train_ranks(count_words(["the cat sat on the mat, the end"] * 3, "cl100k_base"), 260, min_count=1)
     inhouse = write_encoding(ranks, root / "inhouse.tiktoken", pattern="cl100k_base")  # a good rank file

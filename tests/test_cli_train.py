@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from hbpe.cli import main
-from schemas.errors import ConfigError
+from hbpe.schemas.errors import ConfigError
 
 
 def test_train_eval_generate_commands(sample_shards, tmp_path):
@@ -114,8 +114,8 @@ def test_train_tiny_outside_the_repo_names_the_missing_path(tmp_path, monkeypatc
 @pytest.fixture(scope="module")
 def trained_run(sample_shards, tmp_path_factory):
     """The tiny model after 20 batches: enough to emit multi-byte patches, not enough to end documents."""
+    from hbpe.training.trainer import train
     from tests.training.test_train import _cfg
-    from training.trainer import train
 
     folder = tmp_path_factory.mktemp("gen") / "run"
     extra = ("max_duration=20ba", "eval_interval=20ba", "save_interval=20ba", "console=false")
@@ -127,8 +127,8 @@ PROMPT = "Fellow-Citizens of the Senate"
 
 
 def test_generate_never_exceeds_max_bytes(trained_run):
-    from training.checkpoint import load_model
-    from training.generate import generate
+    from hbpe.training.checkpoint import load_model
+    from hbpe.training.generate import generate
 
     model, tok, _ = load_model(str(trained_run))
     bounded = 0
@@ -145,8 +145,8 @@ def test_generate_never_exceeds_max_bytes(trained_run):
 
 
 def test_generate_stops_when_the_latent_context_is_full(trained_run):
-    from training.checkpoint import load_model
-    from training.generate import generate
+    from hbpe.training.checkpoint import load_model
+    from hbpe.training.generate import generate
 
     model, tok, _ = load_model(str(trained_run))
     model.cfg = dataclasses.replace(model.cfg, max_patches=24)  # a short context, so the test runs in a second
@@ -158,7 +158,7 @@ def test_generate_stops_when_the_latent_context_is_full(trained_run):
 
 
 def test_generate_arguments_are_checked(trained_run):
-    from training.generate import check_generate_args, cut_utf8
+    from hbpe.training.generate import check_generate_args, cut_utf8
 
     with pytest.raises(ConfigError, match=r"the prompt is not valid UTF-8 \(byte 0xff at character 3\)"):
         check_generate_args("abc\udcff", max_bytes=10, temperature=0.0)

@@ -1,7 +1,7 @@
 import re
 import tomllib
 
-from pipeline.beam.convert import default_pipeline_options
+from hbpe.pipeline.beam.convert import default_pipeline_options
 from tests.conftest import REPO
 
 

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from schemas.train_config import TrainConfig
+from hbpe.schemas.train_config import TrainConfig
 
 
 def bench_train(cfg: TrainConfig, *, batches: int) -> dict:
@@ -16,7 +16,7 @@ def bench_train(cfg: TrainConfig, *, batches: int) -> dict:
 
     from composer.loggers import InMemoryLogger
 
-    from training.trainer import build_run
+    from hbpe.training.trainer import build_run
 
     with tempfile.TemporaryDirectory(prefix="hbpe-bench-") as tmp:
         cfg = replace(
@@ -48,8 +48,8 @@ def bench_train(cfg: TrainConfig, *, batches: int) -> dict:
 
 def bench_generate(checkpoint: str, prompt: str, *, max_bytes: int, repeat: int = 2) -> dict:
     """Greedy generation with and without KV caches on the same prompt; they must agree."""
-    from training.checkpoint import load_model
-    from training.generate import check_generate_args, generate
+    from hbpe.training.checkpoint import load_model
+    from hbpe.training.generate import check_generate_args, generate
 
     check_generate_args(prompt, max_bytes=max_bytes, temperature=0.0)  # before loading a model
     model, tok, _ = load_model(checkpoint)

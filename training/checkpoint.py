@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
-from schemas.errors import ArtifactError
-from schemas.train_config import ModelConfig
-from training.model import PatchLM, build_model
-from training.run_files import read_run_files
+from hbpe.schemas.errors import ArtifactError
+from hbpe.schemas.train_config import ModelConfig
+from hbpe.training.model import PatchLM, build_model
+from hbpe.training.run_files import read_run_files
 
 _FIX = "use a checkpoint written by `hbpe train` (its save folder's latest-rank0.pt)"
 

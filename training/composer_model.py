@@ -7,10 +7,10 @@ from typing import Any
 import torch
 from composer.models import ComposerModel
 
-from training.flops import train_flops_per_sample
-from training.metrics import BitsPerByte, LossPerSymbol
-from training.model import PatchLM
-from training.patch_io import IGNORE, cross_entropy_sum
+from hbpe.training.flops import train_flops_per_sample
+from hbpe.training.metrics import BitsPerByte, LossPerSymbol
+from hbpe.training.model import PatchLM
+from hbpe.training.patch_io import IGNORE, cross_entropy_sum
 
 
 class HierarchicalComposerModel(ComposerModel):

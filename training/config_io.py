@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from schemas.errors import ConfigError
-from schemas.train_config import TrainConfig
+from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.train_config import TrainConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 

@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline import mds_format
-from pipeline.shard_reader import RESTORE, damaged_error, parse_manifest, read_file, shard_file_problems
-from pipeline.tokenizer import HierarchicalTokenizer
-from schemas import shard_columns
-from schemas.errors import ArtifactError, ConfigError
-from schemas.manifest import Manifest
-from schemas.symbols import TOKEN_PAD
+from hbpe.pipeline.shards import mds_format
+from hbpe.pipeline.shards.reader import RESTORE, damaged_error, parse_manifest, read_file, shard_file_problems
+from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
+from hbpe.schemas import shard_columns
+from hbpe.schemas.errors import ArtifactError, ConfigError
+from hbpe.schemas.manifest import Manifest
+from hbpe.schemas.symbols import TOKEN_PAD
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def _read_bytes(shards: str, name: str) -> bytes | None:
     """A file of a local or remote shard directory (remote via Beam's filesystems), None if missing."""
     path = os.path.join(shards, name)
     if "://" in shards:
-        from pipeline.beam import fs
+        from hbpe.pipeline.beam import fs
 
         return fs.read_bytes(path) if fs.exists(path) else None
     return read_file(Path(path))
@@ -132,9 +132,9 @@ def check_shards(shards: str, cache_dir: str, *, hashes: bool = True) -> ShardCh
 
 
 def load_shard_tokenizer(shards: str) -> HierarchicalTokenizer:
-    from pipeline import tokenizer_io
+    from hbpe.pipeline.tokenizer import artifact
 
-    return tokenizer_io.load(os.path.join(shards, shard_columns.TOKENIZER_DIRNAME))
+    return artifact.load(os.path.join(shards, shard_columns.TOKENIZER_DIRNAME))
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ import tempfile
 
 import torch
 
-from schemas.errors import ArtifactError
-from training.checkpoint import load_model
-from training.data import build_dataloader
-from training.patch_io import IGNORE, cross_entropy_sum
+from hbpe.schemas.errors import ArtifactError
+from hbpe.training.checkpoint import load_model
+from hbpe.training.data import build_dataloader
+from hbpe.training.patch_io import IGNORE, cross_entropy_sum
 
 
 @torch.no_grad()

@@ -20,7 +20,7 @@ the MLP (2*n*mats*d*ffn); embeddings cost 0, logits 2*n*d*V.
 
 from __future__ import annotations
 
-from schemas.train_config import ModelConfig
+from hbpe.schemas.train_config import ModelConfig
 
 CHINCHILLA_MLP_MATS = 2  # the paper's transformer (Chinchilla appendix F)
 SWIGLU_MLP_MATS = 3  # gate, up and down: what training/layers.py computes

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import torch
 
-from schemas.errors import ConfigError, HbpeError
-from schemas.symbols import EOD, PAD
-from training.layers import KVCache
-from training.model import PatchLM
+from hbpe.schemas.errors import ConfigError, HbpeError
+from hbpe.schemas.symbols import EOD, PAD
+from hbpe.training.layers import KVCache
+from hbpe.training.model import PatchLM
 
 
 @dataclass

@@ -1,19 +1,19 @@
-"""Entry point for Composer's launcher: `composer -n 8 -m training.launch CONFIG [key=value ...]`."""
+"""Entry point for Composer's launcher: `composer -n 8 -m hbpe.training.launch CONFIG [key=value ...]`."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from schemas.errors import HbpeError
-from training.config_io import load_config
-from training.trainer import train
+from hbpe.schemas.errors import HbpeError
+from hbpe.training.config_io import load_config
+from hbpe.training.trainer import train
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
-        raise SystemExit("usage: python -m training.launch CONFIG [key=value ...]")
+        raise SystemExit("usage: python -m hbpe.training.launch CONFIG [key=value ...]")
     try:
         result = train(load_config(argv[0], argv[1:]))
     except HbpeError as e:  # one line per rank, as `hbpe train` prints it, not a traceback

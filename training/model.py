@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from schemas.train_config import ModelConfig
-from training.layers import KVCache, Transformer
-from training.patch_io import BPEEmbeddingIO, HierarchicalPatchIO, PatchIO
+from hbpe.schemas.train_config import ModelConfig
+from hbpe.training.layers import KVCache, Transformer
+from hbpe.training.patch_io import BPEEmbeddingIO, HierarchicalPatchIO, PatchIO
 
 
 class PatchLM(nn.Module):

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from schemas.errors import ConfigError
-from schemas.train_config import OptimConfig
+from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.train_config import OptimConfig
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.errors import ConfigError
-from training.layers import Block
-from training.model import PatchLM
+from hbpe.schemas.errors import ConfigError
+from hbpe.training.layers import Block
+from hbpe.training.model import PatchLM
 
 
 def attach_fsdp_hooks(model: PatchLM) -> PatchLM:

@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from schemas.symbols import PAD
-from schemas.train_config import ModelConfig
-from training.layers import KVCache, Transformer
+from hbpe.schemas.symbols import PAD
+from hbpe.schemas.train_config import ModelConfig
+from hbpe.training.layers import KVCache, Transformer
 
 IGNORE = -100
 

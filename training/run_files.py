@@ -9,10 +9,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pipeline import tokenizer_io
-from pipeline.tokenizer import HierarchicalTokenizer
-from schemas.errors import ArtifactError
-from schemas.train_config import ModelConfig
+from hbpe.pipeline.tokenizer import artifact
+from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
+from hbpe.schemas.errors import ArtifactError
+from hbpe.schemas.train_config import ModelConfig
 
 RUN_FILE = "hbpe_run.json"
 
@@ -31,7 +31,7 @@ def write_run_files(
         "train_config": train_config,
     }
     Path(folder, RUN_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    tokenizer_io.save(tok, Path(folder, "tokenizer"), overwrite=True)
+    artifact.save(tok, Path(folder, "tokenizer"), overwrite=True)
 
 
 def find_run_dir(checkpoint: str) -> Path:
@@ -45,7 +45,7 @@ def find_run_dir(checkpoint: str) -> Path:
 def read_run_files(checkpoint: str) -> tuple[dict[str, Any], HierarchicalTokenizer]:
     d = find_run_dir(checkpoint)
     meta = json.loads((d / RUN_FILE).read_text())
-    tok = tokenizer_io.load(d / "tokenizer")
+    tok = artifact.load(d / "tokenizer")
     if tok.fingerprint != meta["tokenizer_fingerprint"]:
         raise ArtifactError(f"{d}/tokenizer does not match {RUN_FILE}: the run folder was modified")
     return meta, tok

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from composer import Callback, Logger, State
 
-from schemas.errors import ConfigError
-from schemas.train_config import TrainConfig
+from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.train_config import TrainConfig
 
 
 class ThroughputMeter(Callback):
@@ -69,12 +69,12 @@ def _device(cfg: TrainConfig) -> str:
 
 def resolve_tokenizer(cfg: TrainConfig):
     """The run's tokenizer: explicit path, else the shards' own; optionally re-fit for another S/mode."""
-    from pipeline import tokenizer_io
-    from training.data import load_shard_tokenizer
+    from hbpe.pipeline.tokenizer import artifact
+    from hbpe.training.data import load_shard_tokenizer
 
-    tok = tokenizer_io.load(cfg.data.tokenizer) if cfg.data.tokenizer else load_shard_tokenizer(cfg.data.train)
+    tok = artifact.load(cfg.data.tokenizer) if cfg.data.tokenizer else load_shard_tokenizer(cfg.data.train)
     if cfg.data.max_patch_size or cfg.data.mode:
-        tok = tokenizer_io.with_patch_size(
+        tok = artifact.with_patch_size(
             tok, max_patch_size=cfg.data.max_patch_size or tok.max_patch_size, mode=cfg.data.mode or tok.mode
         )
     return tok
@@ -86,7 +86,7 @@ def check_save_folder(cfg: TrainConfig) -> None:
     Composer would otherwise overwrite the old checkpoints as the new ones are saved (or fail
     only at the first save), and `hbpe_run.json` would describe the new model beside old weights.
     """
-    from training.run_files import RUN_FILE
+    from hbpe.training.run_files import RUN_FILE
 
     if cfg.autoresume and cfg.save_overwrite:
         raise ConfigError("autoresume=true and save_overwrite=true contradict each other: resume or replace, not both")
@@ -112,9 +112,9 @@ def guard_checkpoint_loading(cfg: TrainConfig, *, check_autoresume: bool) -> Non
     """
     from composer.utils import format_name_with_dist
 
-    from training.checkpoint import ensure_safe_checkpoint
+    from hbpe.training.checkpoint import ensure_safe_checkpoint
 
-    os.environ["CHECKPOINT_VALIDATION_FUNCTION"] = "training.checkpoint.composer_checkpoint_validator"
+    os.environ["CHECKPOINT_VALIDATION_FUNCTION"] = "hbpe.training.checkpoint.composer_checkpoint_validator"
     if cfg.load_path and "://" not in cfg.load_path:
         ensure_safe_checkpoint(cfg.load_path)
     if cfg.autoresume and check_autoresume:
@@ -137,12 +137,12 @@ def build_run(
     from composer.loggers import FileLogger
     from composer.utils import dist, reproducibility
 
-    from training.composer_model import HierarchicalComposerModel
-    from training.data import build_dataloader, read_manifest
-    from training.model import build_model, parameter_counts
-    from training.optimizer import build_optimizer, build_scheduler
-    from training.parallelize import attach_fsdp_hooks, parallelism_config
-    from training.run_files import write_run_files
+    from hbpe.training.composer_model import HierarchicalComposerModel
+    from hbpe.training.data import build_dataloader, read_manifest
+    from hbpe.training.model import build_model, parameter_counts
+    from hbpe.training.optimizer import build_optimizer, build_scheduler
+    from hbpe.training.parallelize import attach_fsdp_hooks, parallelism_config
+    from hbpe.training.run_files import write_run_files
 
     reproducibility.seed_all(cfg.seed)
     device = _device(cfg)

@@ -8,10 +8,10 @@ import shutil
 import tempfile
 import time
 
-from pipeline import tokenizer_io
-from pipeline.beam.convert import run_convert
-from pipeline.tokenizer_stats import read_texts
-from schemas.convert_config import ConvertConfig
+from hbpe.pipeline.beam.convert import run_convert
+from hbpe.pipeline.tokenizer import artifact
+from hbpe.pipeline.tokenizer.stats import read_texts
+from hbpe.schemas.convert_config import ConvertConfig
 
 
 def _write_scaled(texts: list[str], scale: int, path: str) -> None:
@@ -33,7 +33,7 @@ def bench_convert(
     pipeline_args: list[str] | None = None,
 ) -> dict:
     texts, _ = read_texts([corpus])
-    tok = tokenizer_io.load(tokenizer_dir)
+    tok = artifact.load(tokenizer_dir)
     threads = os.cpu_count() or 1
     work = tempfile.mkdtemp(prefix="hbpe-bench-")
     try:

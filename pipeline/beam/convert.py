@@ -29,9 +29,9 @@ from collections.abc import Callable
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from pipeline.beam import fs
-from pipeline.beam.encode import EncodeUnits
-from pipeline.beam.finalize import (
+from hbpe.pipeline.beam import fs
+from hbpe.pipeline.beam.encode import EncodeUnits
+from hbpe.pipeline.beam.finalize import (
     STAGING_DIRNAME,
     FinalizeContext,
     discard_hbpe_entries,
@@ -39,13 +39,13 @@ from pipeline.beam.finalize import (
     is_hbpe_entry,
     replace_output,
 )
-from pipeline.beam.progress import ProgressLine, StopWorkersOnExit, signals_deferred
-from pipeline.beam.shards import WriteMdsShards, plan_shards
-from pipeline.corpus_files import FileInfo, WorkUnit, file_info, plan_units, resolve_inputs
-from pipeline.documents import RecordPolicy
-from schemas.convert_config import ConvertConfig
-from schemas.errors import ConfigError, HbpeError
-from schemas.shard_columns import COMPLETED_FILENAME, MANIFEST_FILENAME
+from hbpe.pipeline.beam.progress import ProgressLine, StopWorkersOnExit, signals_deferred
+from hbpe.pipeline.beam.shards import WriteMdsShards, plan_shards
+from hbpe.pipeline.corpus.documents import RecordPolicy
+from hbpe.pipeline.corpus.files import FileInfo, WorkUnit, file_info, plan_units, resolve_inputs
+from hbpe.schemas.convert_config import ConvertConfig
+from hbpe.schemas.errors import ConfigError, HbpeError
+from hbpe.schemas.shard_columns import COMPLETED_FILENAME, MANIFEST_FILENAME
 
 STAGING = STAGING_DIRNAME
 
@@ -97,7 +97,7 @@ def build_pipeline(
     output: str | None = None,
 ) -> None:
     """Add the conversion's steps to `p`; they write into `output` (default cfg.output)."""
-    from schemas.tokenizer_artifact import SecondStageSpec
+    from hbpe.schemas.tokenizer_artifact import SecondStageSpec
 
     output = output or cfg.output
     staging = fs.join(output, STAGING)
@@ -153,11 +153,11 @@ def run_convert(
     """
     import json
 
-    from pipeline import tokenizer_io
+    from hbpe.pipeline.tokenizer import artifact
 
     started = time.time()
     output = _output_dir(cfg.output)
-    tok_spec = tokenizer_io.load(cfg.tokenizer).spec  # validates artifact and rank file before any worker starts
+    tok_spec = artifact.load(cfg.tokenizer).spec  # validates artifact and rank file before any worker starts
     _refuse_inside(cfg.tokenizer, output, f"--tokenizer {cfg.tokenizer}", cfg.output)
     for pat in cfg.inputs:
         _refuse_inside(_glob_base(pat), output, f"--input {pat}", cfg.output)

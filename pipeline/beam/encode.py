@@ -15,10 +15,10 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline.beam import fs
-from pipeline.corpus_files import WorkUnit, iter_unit
-from pipeline.documents import Document, RecordPolicy, count_words
-from schemas.symbols import TOKEN_EOD
+from hbpe.pipeline.beam import fs
+from hbpe.pipeline.corpus.documents import Document, RecordPolicy, count_words
+from hbpe.pipeline.corpus.files import WorkUnit, iter_unit
+from hbpe.schemas.symbols import TOKEN_EOD
 
 
 def unit_stream_path(staging: str, index: int) -> str:
@@ -56,9 +56,9 @@ class _EncodeUnitFn(beam.DoFn):
         self.bytes_in = Metrics.counter("hbpe", "bytes")
 
     def setup(self) -> None:
-        from pipeline import tokenizer_io
+        from hbpe.pipeline.tokenizer import artifact
 
-        self.tok = tokenizer_io.load(self.tokenizer_dir)
+        self.tok = artifact.load(self.tokenizer_dir)
 
     def process(self, unit: WorkUnit):
         tok = self.tok

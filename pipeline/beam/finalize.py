@@ -19,14 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 
 import hbpe
-from pipeline.beam import fs
-from pipeline.beam.encode import UnitSummary, unit_rejects_path
-from pipeline.beam.shards import ShardPlan, read_pieces
-from schemas import shard_columns
-from schemas.canonical import pretty_json
-from schemas.errors import HbpeError
-from schemas.manifest import Counts, Manifest, derived_statistics
-from schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAME, TokenizerSpec
+from hbpe.pipeline.beam import fs
+from hbpe.pipeline.beam.encode import UnitSummary, unit_rejects_path
+from hbpe.pipeline.beam.shards import ShardPlan, read_pieces
+from hbpe.schemas import shard_columns
+from hbpe.schemas.canonical import pretty_json
+from hbpe.schemas.errors import HbpeError
+from hbpe.schemas.manifest import Counts, Manifest, derived_statistics
+from hbpe.schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAME, TokenizerSpec
 
 STAGING_DIRNAME = ".hbpe-staging"
 # what a conversion writes at the top of its output; ".tmp-<hex>" is a write_atomic in flight

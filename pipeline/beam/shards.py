@@ -6,7 +6,7 @@ holds samples [jM, (j+1)M). Once every unit's length is known, each shard knows
 exactly which byte ranges of which unit files it needs, so shards are written in
 parallel and deterministically.
 
-Shards are encoded by `pipeline.mds_format` (byte-identical to streaming's
+Shards are encoded by `hbpe.pipeline.shards.mds_format` (byte-identical to streaming's
 MDSWriter, without importing streaming in every worker).
 """
 
@@ -18,11 +18,11 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline import mds_format
-from pipeline.beam import fs
-from pipeline.beam.encode import UnitSummary, unit_stream_path
-from schemas import shard_columns
-from schemas.symbols import TOKEN_PAD
+from hbpe.pipeline.beam import fs
+from hbpe.pipeline.beam.encode import UnitSummary, unit_stream_path
+from hbpe.pipeline.shards import mds_format
+from hbpe.schemas import shard_columns
+from hbpe.schemas.symbols import TOKEN_PAD
 
 
 @dataclass(frozen=True)
@@ -97,9 +97,9 @@ class _WriteShardFn(beam.DoFn):
         self.samples_written = Metrics.counter("hbpe", "samples_written")
 
     def setup(self) -> None:
-        from pipeline import tokenizer_io
+        from hbpe.pipeline.tokenizer import artifact
 
-        self.tok = tokenizer_io.load(self.tokenizer_dir)
+        self.tok = artifact.load(self.tokenizer_dir)
 
     def process(self, task: ShardTask):
         stream = np.concatenate([read_pieces(self.staging, task.pieces), np.full(task.pad, TOKEN_PAD, dtype=np.int32)])

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from pipeline.beam.convert import run_convert
-from pipeline.shard_reader import ShardDir
-from pipeline.shard_tools import export_text_to, verify
-from schemas.convert_config import ConvertConfig
-from schemas.errors import ConfigError, HbpeError
+from hbpe.pipeline.beam.convert import run_convert
+from hbpe.pipeline.shards.reader import ShardDir
+from hbpe.pipeline.shards.tools import export_text_to, verify
+from hbpe.schemas.convert_config import ConvertConfig
+from hbpe.schemas.errors import ConfigError, HbpeError
 from tests.conftest import SAMPLE_EN, SAMPLE_ZH, SHARED_DATA
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
@@ -204,7 +204,7 @@ def test_verify_detects_corruption_and_manifest_mismatch(tmp_path, gpt2_tokenize
 
 
 def test_failure_mid_run_commits_nothing(tmp_path, gpt2_tokenizer_dir, monkeypatch):
-    from pipeline.beam import shards
+    from hbpe.pipeline.beam import shards
 
     real = shards._WriteShardFn.process
 

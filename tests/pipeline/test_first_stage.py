@@ -5,9 +5,9 @@ import sys
 import pytest
 import tiktoken
 
-from pipeline import first_stage, tokenizer_io
-from pipeline.first_stage_train import count_words, train_ranks, write_encoding
-from schemas.errors import EncodingUnavailableError
+from hbpe.pipeline.tokenizer import artifact, first_stage
+from hbpe.pipeline.tokenizer.first_stage_train import count_words, train_ranks, write_encoding
+from hbpe.schemas.errors import EncodingUnavailableError
 
 
 @pytest.mark.parametrize("name", ["gpt2", "r50k_base", "p50k_base", "cl100k_base", "o200k_base"])
@@ -24,7 +24,7 @@ def test_unknown_name_lists_choices():
 
 
 def test_no_network_error_mentions_the_fixes(tmp_path):
-    code = "from pipeline.first_stage import load_named; load_named('cl100k_base')"
+    code = "from hbpe.pipeline.tokenizer.first_stage import load_named; load_named('cl100k_base')"
     env = {
         **os.environ,
         "TIKTOKEN_CACHE_DIR": str(tmp_path),
@@ -66,5 +66,5 @@ def test_in_house_first_stage_is_tiktoken_compatible(tmp_path, sample_texts):
     ids = enc.encode_ordinary(text)
     assert enc.decode(ids) == text
     assert len(ids) < len(text.encode()) * 0.6  # it really compresses
-    tok = tokenizer_io.train_tokenizer(str(path), max_patch_size=6)
+    tok = artifact.train_tokenizer(str(path), max_patch_size=6)
     assert tok.decode_patches(tok.patches(tok.encode(text))) == text

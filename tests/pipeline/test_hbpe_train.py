@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import tiktoken
 
-from pipeline import merge_kernels, tokenizer_io
-from pipeline.hbpe_merges import apply_merges, patch_of
-from pipeline.hbpe_train import vocabulary_tokens
+from hbpe.pipeline.tokenizer import artifact
+from hbpe.pipeline.tokenizer.first_stage import vocabulary_tokens
+from hbpe.pipeline.tokenizer.second_stage import kernels
+from hbpe.pipeline.tokenizer.second_stage.apply import apply_merges, patch_of
 
 
 @pytest.fixture(scope="module")
@@ -19,19 +20,19 @@ def gpt2_entries():
 
 @pytest.mark.parametrize("S", [6, 10])
 def test_native_kernel_equals_python_reference(gpt2_entries, S):
-    native = merge_kernels.train_merges(gpt2_entries, S)
-    reference = merge_kernels.train_merges(gpt2_entries, S, native=False)
+    native = kernels.train_merges(gpt2_entries, S)
+    reference = kernels.train_merges(gpt2_entries, S, native=False)
     assert native == reference
     assert len(native) > 100
     for mode in ("full", "minimal"):
-        fast = merge_kernels.apply_merges_many(gpt2_entries, native, max_patch_size=S, mode=mode)
-        slow = merge_kernels.apply_merges_many(gpt2_entries, native, max_patch_size=S, mode=mode, native=False)
+        fast = kernels.apply_merges_many(gpt2_entries, native, max_patch_size=S, mode=mode)
+        slow = kernels.apply_merges_many(gpt2_entries, native, max_patch_size=S, mode=mode, native=False)
         assert fast == slow
 
 
 @pytest.mark.parametrize("mode", ["full", "minimal"])
 def test_every_vocabulary_patch_fits_and_matches_single_application(gpt2_tokenizer, mode):
-    tok = tokenizer_io.train_tokenizer(gpt2_tokenizer.encoding, max_patch_size=8, mode=mode)
+    tok = artifact.train_tokenizer(gpt2_tokenizer.encoding, max_patch_size=8, mode=mode)
     before, after = tok.vocabulary_patch_lengths()
     assert after.max() <= 8 and before.max() > 8
     ranks = {p: k for k, p in enumerate(tok.merges)}
@@ -46,26 +47,26 @@ def test_every_vocabulary_patch_fits_and_matches_single_application(gpt2_tokeniz
 
 def test_minimal_forms_are_the_training_loop_forms(gpt2_entries):
     # Replaying minimal mode must give exactly what training left in each entry.
-    from pipeline.pair_merges import learn_merges
+    from hbpe.pipeline.tokenizer.pair_merges import learn_merges
 
     seqs = [list(e) for e in gpt2_entries]
     counter = iter(range(259, 10**6))
     learned = learn_merges(seqs, [1] * len(seqs), next_id=lambda p: next(counter), is_active=lambda s: len(s) > 6)
     merges = [p for p, _ in learned]
-    replayed = merge_kernels.apply_merges_many(gpt2_entries, merges, max_patch_size=6, mode="minimal")
+    replayed = kernels.apply_merges_many(gpt2_entries, merges, max_patch_size=6, mode="minimal")
     assert replayed == seqs
 
 
 def test_full_mode_is_never_longer_than_minimal(gpt2_tokenizer):
     full = gpt2_tokenizer
-    minimal = tokenizer_io.train_tokenizer(full.encoding, max_patch_size=10, mode="minimal")
+    minimal = artifact.train_tokenizer(full.encoding, max_patch_size=10, mode="minimal")
     assert (full.patch_lengths <= minimal.patch_lengths).all()
     assert full.merges == minimal.merges  # training does not depend on the mode
 
 
 def test_training_is_deterministic_across_hash_seeds(tmp_path):
     code = (
-        "from pipeline import tokenizer_io; t = tokenizer_io.train_tokenizer('gpt2', max_patch_size=8); "
+        "from hbpe.pipeline.tokenizer import artifact; t = artifact.train_tokenizer('gpt2', max_patch_size=8); "
         "print(t.fingerprint)"
     )
     outs = set()
@@ -77,11 +78,11 @@ def test_training_is_deterministic_across_hash_seeds(tmp_path):
 
 
 def test_rejects_patch_size_below_two():
-    from schemas.errors import ArtifactError, ConfigError
+    from hbpe.schemas.errors import ArtifactError, ConfigError
 
     with pytest.raises(ConfigError, match="must be >= 2"):
-        merge_kernels.train_merges([[1, 2, 256]], 1)
+        kernels.train_merges([[1, 2, 256]], 1)
     with pytest.raises(ArtifactError, match="max_patch_size must be >= 2"):
-        from schemas.tokenizer_artifact import SecondStageSpec
+        from hbpe.schemas.tokenizer_artifact import SecondStageSpec
 
         SecondStageSpec(max_patch_size=1, mode="full", merges=())

@@ -1,9 +1,9 @@
 import itertools
 
-from pipeline import merge_kernels
-from pipeline.hbpe_merges import apply_merges
-from pipeline.pair_merges import learn_merges, merge_pair
-from schemas.symbols import EOP
+from hbpe.pipeline.tokenizer.pair_merges import learn_merges, merge_pair
+from hbpe.pipeline.tokenizer.second_stage import kernels
+from hbpe.pipeline.tokenizer.second_stage.apply import apply_merges
+from hbpe.schemas.symbols import EOP
 
 T_, H_, I_, S_ = ord("t"), ord("h"), ord("i"), ord("s")
 
@@ -27,7 +27,7 @@ WORDS = ["this", "is", "isis", "hiss", "his"]
 
 def test_hand_example_merges_symbol_by_symbol():
     for native in (True, False):
-        merges = merge_kernels.train_merges([raw(w) for w in WORDS], 3, native=native)
+        merges = kernels.train_merges([raw(w) for w in WORDS], 3, native=native)
         assert merges == [(I_, S_), (H_, 259)]
 
 
@@ -52,10 +52,10 @@ def test_hand_example_minimal_and_full_forms():
     }
     for native in (True, False):
         seqs = [raw(w) for w in WORDS]
-        assert merge_kernels.apply_merges_many(seqs, merges, max_patch_size=3, mode="minimal", native=native) == list(
+        assert kernels.apply_merges_many(seqs, merges, max_patch_size=3, mode="minimal", native=native) == list(
             minimal.values()
         )
-        assert merge_kernels.apply_merges_many(seqs, merges, max_patch_size=3, mode="full", native=native) == list(
+        assert kernels.apply_merges_many(seqs, merges, max_patch_size=3, mode="full", native=native) == list(
             full.values()
         )
 
@@ -63,7 +63,7 @@ def test_hand_example_minimal_and_full_forms():
 def test_ties_go_to_the_smallest_pair():
     entries = [[ord("c"), ord("d"), EOP], [ord("a"), ord("b"), EOP]]
     for native in (True, False):
-        assert merge_kernels.train_merges(entries, 2, native=native) == [(ord("a"), ord("b")), (ord("c"), ord("d"))]
+        assert kernels.train_merges(entries, 2, native=native) == [(ord("a"), ord("b")), (ord("c"), ord("d"))]
 
 
 def test_weighted_learning_respects_weights_and_min_count():

@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from hbpe.cli import main
-from pipeline import mds_format
-from pipeline.shard_reader import ShardDir
-from pipeline.shard_tools import export_text, export_text_to, inspect, stats, verify
-from schemas.errors import ArtifactError
+from hbpe.pipeline.shards import mds_format
+from hbpe.pipeline.shards.reader import ShardDir
+from hbpe.pipeline.shards.tools import export_text, export_text_to, inspect, stats, verify
+from hbpe.schemas.errors import ArtifactError
 
 SHARD = "shard.00001.mds.zstd"
 

@@ -2,10 +2,10 @@ import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.beam.encode import EncodeUnits, UnitSummary
-from pipeline.beam.shards import plan_shards
-from pipeline.corpus_files import WorkUnit
-from pipeline.documents import RecordPolicy
+from hbpe.pipeline.beam.encode import EncodeUnits, UnitSummary
+from hbpe.pipeline.beam.shards import plan_shards
+from hbpe.pipeline.corpus.documents import RecordPolicy
+from hbpe.pipeline.corpus.files import WorkUnit
 
 
 def test_plan_shards_drop_and_pad():
@@ -45,8 +45,8 @@ def test_mds_format_is_byte_identical_to_streaming_writer(tmp_path):
     import numpy as np
     from streaming import MDSWriter
 
-    from pipeline import mds_format
-    from schemas.shard_columns import HASHES, mds_columns
+    from hbpe.pipeline.shards import mds_format
+    from hbpe.schemas.shard_columns import HASHES, mds_columns
 
     rng = np.random.default_rng(0)
     cols = mds_columns(16, 4)

@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.symbols import EOD, EOP, PAD, TOKEN_EOD, TOKEN_PAD
+from hbpe.schemas.symbols import EOD, EOP, PAD, TOKEN_EOD, TOKEN_PAD
 
 TRICKY = [
     "",

@@ -5,81 +5,81 @@ import pytest
 from click.testing import CliRunner
 
 from hbpe.cli import main
-from pipeline import tokenizer_io
-from schemas.canonical import canonical_json, sha256_hex
-from schemas.errors import ArtifactError
+from hbpe.pipeline.tokenizer import artifact
+from hbpe.schemas.canonical import canonical_json, sha256_hex
+from hbpe.schemas.errors import ArtifactError
 
 
 @pytest.fixture
-def artifact(tmp_path, gpt2_tokenizer):
-    return tokenizer_io.save(gpt2_tokenizer, tmp_path / "tok")
+def artifact_dir(tmp_path, gpt2_tokenizer):
+    return artifact.save(gpt2_tokenizer, tmp_path / "tok")
 
 
-def test_save_load_round_trip(artifact, gpt2_tokenizer):
-    loaded = tokenizer_io.load(artifact)
+def test_save_load_round_trip(artifact_dir, gpt2_tokenizer):
+    loaded = artifact.load(artifact_dir)
     assert loaded.fingerprint == gpt2_tokenizer.fingerprint
     assert loaded.merges == gpt2_tokenizer.merges
     assert (loaded.table == gpt2_tokenizer.table).all()
-    spec = json.loads((artifact / "tokenizer.json").read_text())
+    spec = json.loads((artifact_dir / "tokenizer.json").read_text())
     assert spec["format"] == "hbpe-tokenizer" and spec["version"] == 1
     assert spec["second_stage"]["max_patch_size"] == 10 and spec["second_stage"]["mode"] == "full"
     assert spec["second_stage"]["id_layout"]["eop"] == 256
 
 
 def test_save_is_byte_identical(tmp_path, gpt2_tokenizer):
-    a = tokenizer_io.save(gpt2_tokenizer, tmp_path / "a")
-    b = tokenizer_io.save(gpt2_tokenizer, tmp_path / "b")
+    a = artifact.save(gpt2_tokenizer, tmp_path / "a")
+    b = artifact.save(gpt2_tokenizer, tmp_path / "b")
     for name in ("tokenizer.json", "first_stage.tiktoken"):
         assert (a / name).read_bytes() == (b / name).read_bytes()
 
 
-def test_refuses_to_overwrite(artifact, gpt2_tokenizer):
+def test_refuses_to_overwrite(artifact_dir, gpt2_tokenizer):
     with pytest.raises(ArtifactError, match="--overwrite"):
-        tokenizer_io.save(gpt2_tokenizer, artifact)
+        artifact.save(gpt2_tokenizer, artifact_dir)
 
 
-def test_unknown_version(artifact):
-    p = artifact / "tokenizer.json"
+def test_unknown_version(artifact_dir):
+    p = artifact_dir / "tokenizer.json"
     d = json.loads(p.read_text())
     d["version"] = 99
     p.write_text(json.dumps(d))
     with pytest.raises(ArtifactError, match=r"tokenizer.json: schema version 99 is not supported"):
-        tokenizer_io.load(artifact)
+        artifact.load(artifact_dir)
 
 
-def test_edited_content_fails_fingerprint(artifact):
-    p = artifact / "tokenizer.json"
+def test_edited_content_fails_fingerprint(artifact_dir):
+    p = artifact_dir / "tokenizer.json"
     d = json.loads(p.read_text())
     d["second_stage"]["merges"][0] = [1, 2]
     p.write_text(json.dumps(d))
     with pytest.raises(ArtifactError, match="fingerprint mismatch.*edited"):
-        tokenizer_io.load(artifact)
+        artifact.load(artifact_dir)
 
 
-def test_missing_rank_file(artifact):
-    (artifact / "first_stage.tiktoken").unlink()
+def test_missing_rank_file(artifact_dir):
+    (artifact_dir / "first_stage.tiktoken").unlink()
     with pytest.raises(ArtifactError, match="first_stage.tiktoken is missing"):
-        tokenizer_io.load(artifact)
+        artifact.load(artifact_dir)
 
 
-def test_altered_rank_file(artifact):
-    p = artifact / "first_stage.tiktoken"
+def test_altered_rank_file(artifact_dir):
+    p = artifact_dir / "first_stage.tiktoken"
     p.write_bytes(p.read_bytes().replace(b"IQ== 0", b"IQ== 7", 1))
     with pytest.raises(ArtifactError, match="first_stage.tiktoken was altered"):
-        tokenizer_io.load(artifact)
+        artifact.load(artifact_dir)
 
 
 def test_not_a_tokenizer_dir(tmp_path):
     with pytest.raises(ArtifactError, match="not a tokenizer directory"):
-        tokenizer_io.load(tmp_path)
+        artifact.load(tmp_path)
 
 
 # ---- a malformed tokenizer.json is one clear ArtifactError, also when its fingerprint is valid
 
 
-def _edit_and_resign(artifact, edit) -> None:
+def _edit_and_resign(artifact_dir, edit) -> None:
     """Apply `edit` to tokenizer.json and re-sign it, so the validation (not the fingerprint check) must catch it."""
-    p = artifact / "tokenizer.json"
+    p = artifact_dir / "tokenizer.json"
     d = json.loads(p.read_text())
     edit(d)
     if isinstance(d, dict):
@@ -96,21 +96,21 @@ def _merge(k, pair):
     return lambda d: d["second_stage"]["merges"].__setitem__(k, pair)
 
 
-def test_resigned_edit_is_accepted(artifact):
+def test_resigned_edit_is_accepted(artifact_dir):
     """The re-signing helper is sound: a valid edit loads, so the refusals below come from the validation."""
-    _edit_and_resign(artifact, _set("second_stage", "mode", "minimal"))
-    assert tokenizer_io.load(artifact).mode == "minimal"
+    _edit_and_resign(artifact_dir, _set("second_stage", "mode", "minimal"))
+    assert artifact.load(artifact_dir).mode == "minimal"
 
 
 @pytest.mark.parametrize("name", ["../x", "/etc/passwd", "a/b", "", "..", "a\\b"])
-def test_rank_file_must_be_a_plain_name_inside_the_directory(artifact, name):
-    _edit_and_resign(artifact, _set("first_stage", "rank_file", name))
+def test_rank_file_must_be_a_plain_name_inside_the_directory(artifact_dir, name):
+    _edit_and_resign(artifact_dir, _set("first_stage", "rank_file", name))
     with pytest.raises(
         ArtifactError,
         match=rf"tokenizer.json: malformed tokenizer spec: first_stage.rank_file must be a plain file name inside "
         rf"the tokenizer directory \(like 'first_stage.tiktoken'\), got {re.escape(repr(name))}; restore",
     ):
-        tokenizer_io.load(artifact)
+        artifact.load(artifact_dir)
 
 
 def _merge_rule(k: int, earlier: str = "") -> str:
@@ -167,52 +167,52 @@ MALFORMED = {
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
-def test_malformed_spec_is_one_clear_error(artifact, case):
+def test_malformed_spec_is_one_clear_error(artifact_dir, case):
     edit, message = MALFORMED[case]
-    _edit_and_resign(artifact, edit)
+    _edit_and_resign(artifact_dir, edit)
     with pytest.raises(ArtifactError, match=rf"tokenizer.json: malformed tokenizer spec: .*{message}.*; restore"):
-        tokenizer_io.load(artifact)
+        artifact.load(artifact_dir)
 
 
-def test_spec_that_does_not_fit_its_rank_file(artifact):
-    _edit_and_resign(artifact, _set("first_stage", "n_vocab", 12))
+def test_spec_that_does_not_fit_its_rank_file(artifact_dir):
+    _edit_and_resign(artifact_dir, _set("first_stage", "n_vocab", 12))
     with pytest.raises(ArtifactError, match=r"first_stage.n_vocab is 12, but first_stage.tiktoken .* give 50257"):
-        tokenizer_io.load(artifact)
+        artifact.load(artifact_dir)
 
 
-def test_split_pattern_that_does_not_compile(artifact):
-    _edit_and_resign(artifact, _set("first_stage", "pattern", "(("))
+def test_split_pattern_that_does_not_compile(artifact_dir):
+    _edit_and_resign(artifact_dir, _set("first_stage", "pattern", "(("))
     with pytest.raises(ArtifactError, match=r"first_stage.pattern is not a valid split pattern \(.*parenthesis"):
-        tokenizer_io.load(artifact)
+        artifact.load(artifact_dir)
 
 
-def test_merges_learned_for_a_larger_patch_size(artifact):
-    _edit_and_resign(artifact, _set("second_stage", "max_patch_size", 4))
+def test_merges_learned_for_a_larger_patch_size(artifact_dir):
+    _edit_and_resign(artifact_dir, _set("second_stage", "max_patch_size", 4))
     with pytest.raises(ArtifactError, match=r"the second stage does not fit this first stage \(.* > S=4 symbols"):
-        tokenizer_io.load(artifact)
+        artifact.load(artifact_dir)
 
 
-def test_spec_that_is_not_an_object(artifact):
-    (artifact / "tokenizer.json").write_text("[1, 2]")
+def test_spec_that_is_not_an_object(artifact_dir):
+    (artifact_dir / "tokenizer.json").write_text("[1, 2]")
     with pytest.raises(ArtifactError, match=r"tokenizer.json: expected a JSON object, got list; restore"):
-        tokenizer_io.load(artifact)
+        artifact.load(artifact_dir)
 
 
 @pytest.mark.parametrize("case", ["rank-file", "S-string", "merge-later-id", "special-list", "pattern"])
-def test_malformed_spec_in_the_cli(artifact, case):
+def test_malformed_spec_in_the_cli(artifact_dir, case):
     edits = {
         "rank-file": _set("first_stage", "rank_file", "../x"),
         "pattern": _set("first_stage", "pattern", "(("),
         **{k: MALFORMED[k][0] for k in ("S-string", "merge-later-id", "special-list")},
     }
-    _edit_and_resign(artifact, edits[case])
-    r = CliRunner().invoke(main, ["tokenizer", "info", str(artifact)])
+    _edit_and_resign(artifact_dir, edits[case])
+    r = CliRunner().invoke(main, ["tokenizer", "info", str(artifact_dir)])
     assert r.exit_code == 2, r.output
-    assert r.output.startswith(f"error: {artifact / 'tokenizer.json'}: ") and len(r.output.splitlines()) == 1, r.output
+    assert r.output.startswith(f"error: {artifact_dir / 'tokenizer.json'}: ") and len(r.output.splitlines()) == 1, r.output
     assert "Traceback" not in r.output
 
 
-def test_special_token_id_that_is_also_a_rank(artifact):
-    _edit_and_resign(artifact, _set("first_stage", "special_tokens", {"<|endoftext|>": 100}))
+def test_special_token_id_that_is_also_a_rank(artifact_dir):
+    _edit_and_resign(artifact_dir, _set("first_stage", "special_tokens", {"<|endoftext|>": 100}))
     with pytest.raises(ArtifactError, match=r"special token ids \[100\] are also ranks of first_stage.tiktoken"):
-        tokenizer_io.load(artifact)
+        artifact.load(artifact_dir)

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from schemas.errors import ConfigError
-from schemas.train_config import DataConfig, ModelConfig, OptimConfig, TrainConfig, model_config
-from training.config_io import load_config
+from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.train_config import DataConfig, ModelConfig, OptimConfig, TrainConfig, model_config
+from hbpe.training.config_io import load_config
 
 BASE = {"data": {"train": "shards"}}
 

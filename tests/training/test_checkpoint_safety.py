@@ -18,9 +18,9 @@ import torch
 from click.testing import CliRunner
 
 from hbpe.cli import main
-from schemas.errors import ArtifactError
+from hbpe.schemas.errors import ArtifactError
+from hbpe.training.checkpoint import composer_checkpoint_validator, ensure_safe_checkpoint, load_model, safe_torch_load
 from tests.conftest import REPO
-from training.checkpoint import composer_checkpoint_validator, ensure_safe_checkpoint, load_model, safe_torch_load
 
 
 class _Payload:
@@ -36,8 +36,8 @@ class _Payload:
 @pytest.fixture(scope="module")
 def run_dir(sample_shards, tmp_path_factory) -> Path:
     """A real `hbpe train` save folder: 2 batches of the tiny model, one checkpoint."""
+    from hbpe.training.trainer import train
     from tests.training.test_train import _cfg
-    from training.trainer import train
 
     folder = tmp_path_factory.mktemp("ckpt") / "run"
     train(_cfg(sample_shards, folder, "max_duration=2ba", "eval_interval=2ba", "save_interval=2ba"))
@@ -95,7 +95,7 @@ def test_payload_is_refused_in_composers_own_loader(payload_ckpt, monkeypatch):
     from composer.utils.checkpoint import safe_torch_load as composer_load
 
     path, marker = payload_ckpt
-    monkeypatch.setenv("CHECKPOINT_VALIDATION_FUNCTION", "training.checkpoint.composer_checkpoint_validator")
+    monkeypatch.setenv("CHECKPOINT_VALIDATION_FUNCTION", "hbpe.training.checkpoint.composer_checkpoint_validator")
     with pytest.raises(ArtifactError, match="refused"):
         composer_load(str(path))
     assert not marker.exists()
@@ -153,7 +153,7 @@ def sharded_run(sample_shards, tmp_path_factory) -> Path:
     overrides = [f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={folder}", "max_duration=2ba"]
     overrides += ["eval_interval=2ba", "save_interval=2ba", "fsdp={version: 2}", "log_interval=100ba"]
     cmd = [sys.executable, "-m", "composer.cli.launcher", "-n", "1", "--master_port", str(port)]
-    cmd += ["-m", "training.launch", "tiny", *overrides]
+    cmd += ["-m", "hbpe.training.launch", "tiny", *overrides]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
@@ -184,7 +184,7 @@ def test_sharded_checkpoint_passes(sharded_run, monkeypatch):
     ensure_safe_checkpoint(latest)
     assert composer_checkpoint_validator(latest / ".metadata")
     assert composer_checkpoint_validator(latest / "__0_0.distcp", [(0, 10)])
-    monkeypatch.setenv("CHECKPOINT_VALIDATION_FUNCTION", "training.checkpoint.composer_checkpoint_validator")
+    monkeypatch.setenv("CHECKPOINT_VALIDATION_FUNCTION", "hbpe.training.checkpoint.composer_checkpoint_validator")
     assert _dcp_load_batch(latest.resolve()) == 2
     with pytest.raises(ArtifactError, match=r"is a sharded FSDP checkpoint; hbpe eval/generate read monolithic"):
         load_model(str(sharded_run))
@@ -222,7 +222,7 @@ def test_sharded_item_payload_is_refused_also_in_composers_reader(sharded_run, t
     item_refused = r"__0_0\.distcp: item state\.timestamp\.Timestamp\.batch refused: it holds [\w.]*open"
     with pytest.raises(ArtifactError, match=item_refused):
         ensure_safe_checkpoint(ckpt)
-    monkeypatch.setenv("CHECKPOINT_VALIDATION_FUNCTION", "training.checkpoint.composer_checkpoint_validator")
+    monkeypatch.setenv("CHECKPOINT_VALIDATION_FUNCTION", "hbpe.training.checkpoint.composer_checkpoint_validator")
     # torch.distributed.checkpoint wraps what its reader raises (per rank): our line arrives inside its exception
     with pytest.raises(CheckpointException, match=item_refused):
         _dcp_load_batch(ckpt)

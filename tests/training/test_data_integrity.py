@@ -15,12 +15,12 @@ import pytest
 from click.testing import CliRunner
 
 from hbpe.cli import main
-from schemas.convert_config import ConvertConfig
-from schemas.errors import ArtifactError
+from hbpe.schemas.convert_config import ConvertConfig
+from hbpe.schemas.errors import ArtifactError
+from hbpe.training.config_io import load_config
+from hbpe.training.data import Collator, PatchSource, build_dataloader, check_shards, load_shard_tokenizer
 from tests.conftest import IN_MEMORY_BEAM
 from tests.pipeline.test_shard_integrity import DAMAGE, SHARD, damage
-from training.config_io import load_config
-from training.data import Collator, PatchSource, build_dataloader, check_shards, load_shard_tokenizer
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_train_refuses_damaged_shards_and_saves_nothing(sample_shards, train_cop
     damage(train_copy, kind)
     folder = tmp_path / "run"
     args = [f"data.train={train_copy}", f"data.eval={sample_shards[1]}", f"save_folder={folder}", "max_duration=2ba"]
-    from training.trainer import build_run
+    from hbpe.training.trainer import build_run
 
     with pytest.raises(ArtifactError, match=f"{SHARD}: {DAMAGE[kind]}"):
         build_run(load_config("tiny", args))
@@ -74,7 +74,7 @@ def test_train_refuses_damaged_eval_shards(sample_shards, eval_copy, tmp_path):
     cfg = load_config(
         "tiny", [f"data.train={sample_shards[0]}", f"data.eval={eval_copy}", f"save_folder={tmp_path / 'run'}"]
     )
-    from training.trainer import build_run
+    from hbpe.training.trainer import build_run
 
     with pytest.raises(ArtifactError, match="eval: shard file is damaged: shard.00000.mds.zstd: xxh64"):
         build_run(cfg)
@@ -190,7 +190,7 @@ def test_collator_keeps_the_markers(gpt2_tokenizer):
 @pytest.fixture(scope="module")
 def checkpoint(sample_shards, tmp_path_factory):
     """The tiny model after 2 training batches (a real Composer checkpoint)."""
-    from training.trainer import train
+    from hbpe.training.trainer import train
 
     folder = tmp_path_factory.mktemp("integrity") / "run"
     train_dir, _ = sample_shards
@@ -205,7 +205,7 @@ def checkpoint(sample_shards, tmp_path_factory):
             "console=false",
         ],
     )
-    from training.evaluate import evaluate
+    from hbpe.training.evaluate import evaluate
 
     train(cfg)
     assert evaluate(str(folder), str(sample_shards[1]), max_batches=2)["bpb"] > 0  # the undamaged shards evaluate
@@ -214,7 +214,7 @@ def checkpoint(sample_shards, tmp_path_factory):
 
 @pytest.mark.parametrize("kind", sorted(DAMAGE))
 def test_eval_refuses_damaged_shards(checkpoint, eval_copy, kind):
-    from training.evaluate import evaluate
+    from hbpe.training.evaluate import evaluate
 
     damage(eval_copy, kind, "shard.00000.mds.zstd")
     problem = {"flip": "xxh64 does not match", "truncate": r"\d+ bytes, index.json records \d+", "missing": "missing"}
@@ -227,8 +227,8 @@ def test_eval_refuses_damaged_shards(checkpoint, eval_copy, kind):
 
 def test_eval_over_zero_bytes_is_an_error(checkpoint, gpt2_tokenizer_dir, tmp_path):
     """Documents of one token, 2 patches per sample: every predicted patch is an EOD, covering no text."""
-    from pipeline.beam.convert import run_convert
-    from training.evaluate import evaluate
+    from hbpe.pipeline.beam.convert import run_convert
+    from hbpe.training.evaluate import evaluate
 
     src = tmp_path / "one-token-docs.jsonl"
     src.write_text("".join(json.dumps({"text": w}) + "\n" for w in ["the", "of", "and", "to", "a", "in"]))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from schemas.train_config import model_config
-from training.flops import paper_forward_flops, train_flops_per_sample, transformer_flops
-from training.model import build_model, parameter_counts
+from hbpe.schemas.train_config import model_config
+from hbpe.training.flops import paper_forward_flops, train_flops_per_sample, transformer_flops
+from hbpe.training.model import build_model, parameter_counts
 
 GPT2_VOCAB = 50257
 PAPER_BYTES_PER_TOKEN = 4.12  # SlimPajama, gpt2 (SPEC section 1)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from schemas.symbols import EOD, PAD
-from schemas.train_config import model_config
-from training.layers import KVCache
-from training.model import build_model
+from hbpe.schemas.symbols import EOD, PAD
+from hbpe.schemas.train_config import model_config
+from hbpe.training.layers import KVCache
+from hbpe.training.model import build_model
 
 VARIANTS = [("prefix", "mean"), ("prefix", "eop"), ("add", "mean"), ("add", "eop")]
 TOL = 1e-5

@@ -6,18 +6,18 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import tokenizer_io
-from schemas.errors import ArtifactError
-from schemas.train_config import model_config
-from training.composer_model import HierarchicalComposerModel
-from training.data import Collator, PatchSource, check_compatible, read_manifest
-from training.generate import generate
-from training.model import build_model
-from training.patch_io import IGNORE
+from hbpe.pipeline.tokenizer import artifact
+from hbpe.schemas.errors import ArtifactError
+from hbpe.schemas.train_config import model_config
+from hbpe.training.composer_model import HierarchicalComposerModel
+from hbpe.training.data import Collator, PatchSource, check_compatible, read_manifest
+from hbpe.training.generate import generate
+from hbpe.training.model import build_model
+from hbpe.training.patch_io import IGNORE
 
 
 def _batch(tok, texts, seq_len=32):
-    from schemas.symbols import TOKEN_EOD
+    from hbpe.schemas.symbols import TOKEN_EOD
 
     stream = np.concatenate([np.concatenate([tok.encode(t), [TOKEN_EOD]]) for t in texts]).astype(np.int32)
     n = len(stream) // seq_len
@@ -75,14 +75,14 @@ def test_greedy_generation_with_cache_equals_without(gpt2_tokenizer, conditionin
 def test_shard_reuse_rules(sample_shards, gpt2_tokenizer):
     manifest = read_manifest(str(sample_shards[0]))
     assert check_compatible(manifest, gpt2_tokenizer, where="x") == PatchSource(derive=False)
-    s6 = tokenizer_io.with_patch_size(gpt2_tokenizer, max_patch_size=6, mode="minimal")
+    s6 = artifact.with_patch_size(gpt2_tokenizer, max_patch_size=6, mode="minimal")
     assert check_compatible(manifest, s6, where="x") == PatchSource(derive=True)
-    other = tokenizer_io.train_tokenizer("cl100k_base", max_patch_size=10)
+    other = artifact.train_tokenizer("cl100k_base", max_patch_size=10)
     with pytest.raises(ArtifactError, match="another first-stage BPE.*reconvert"):
         check_compatible(manifest, other, where="shards/")
 
 
 def test_bpb_over_nothing_is_nan_not_zero():
-    from training.metrics import BitsPerByte
+    from hbpe.training.metrics import BitsPerByte
 
     assert math.isnan(float(BitsPerByte().compute()))

@@ -12,9 +12,9 @@ import math
 import pytest
 import yaml
 
-from training.config_io import load_config, resolve_config_path
-from training.optimizer import param_groups
-from training.trainer import train
+from hbpe.training.config_io import load_config, resolve_config_path
+from hbpe.training.optimizer import param_groups
+from hbpe.training.trainer import train
 
 NARROW = [
     "model.latent_layers=2",
@@ -79,8 +79,8 @@ def test_narrow_copy_of_shipped_config_learns_with_its_own_optim_block(config, s
 def test_only_linear_matrices_decay(gpt2_tokenizer):
     from torch import nn
 
-    from schemas.train_config import model_config
-    from training.model import build_model
+    from hbpe.schemas.train_config import model_config
+    from hbpe.training.model import build_model
 
     for io in ("hierarchical", "bpe"):
         model = build_model(

@@ -12,9 +12,9 @@ import pytest
 import torch
 from composer import Callback, Event
 
+from hbpe.training.config_io import load_config
+from hbpe.training.trainer import build_run, train
 from tests.conftest import REPO
-from training.config_io import load_config
-from training.trainer import build_run, train
 
 
 def _cfg(sample_shards, folder, *extra):
@@ -91,7 +91,7 @@ def test_fsdp2_two_processes_over_gloo(sample_shards, tmp_path):
         "--master_port",
         str(port),
         "-m",
-        "training.launch",
+        "hbpe.training.launch",
         "tiny",
         f"data.train={train_dir}",
         f"data.eval={eval_dir}",
@@ -126,7 +126,7 @@ def test_reuse_shards_with_another_patch_size_and_the_bpe_baseline(sample_shards
     )
     assert r["max_patch_size"] == 6 and r["vocab_size"] > 470  # S=6 needs more merges than S=10
     assert r["eval"]["BitsPerByte"] > 0
-    from training.evaluate import evaluate
+    from hbpe.training.evaluate import evaluate
 
     ev = evaluate(str(tmp_path / "s6"), str(sample_shards[1]), max_batches=2)
     assert ev["max_patch_size"] == 6 and ev["symbols_per_patch"] > 4.5  # minimal mode: long patches
@@ -144,7 +144,7 @@ def test_reuse_shards_with_another_patch_size_and_the_bpe_baseline(sample_shards
 
 
 def test_a_save_folder_holding_a_run_is_refused_unless_resumed_or_replaced(sample_shards, tmp_path):
-    from schemas.errors import ConfigError
+    from hbpe.schemas.errors import ConfigError
 
     short = ("max_duration=2ba", "eval_interval=2ba", "save_interval=2ba")
     first = train(_cfg(sample_shards, tmp_path / "run", *short))

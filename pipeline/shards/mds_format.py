@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas.errors import ArtifactError
+from hbpe.schemas.errors import ArtifactError
 
 ZSTD_LEVEL = 3  # streaming's default for compression="zstd"
 

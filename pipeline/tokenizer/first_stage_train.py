@@ -16,9 +16,9 @@ from pathlib import Path
 
 import regex
 
-from pipeline.first_stage import DEFAULT_SPECIAL_TOKEN, format_rank_file, resolve_pattern
-from pipeline.pair_merges import learn_merges
-from schemas.errors import ConfigError
+from hbpe.pipeline.tokenizer.first_stage import DEFAULT_SPECIAL_TOKEN, format_rank_file, resolve_pattern
+from hbpe.pipeline.tokenizer.pair_merges import learn_merges
+from hbpe.schemas.errors import ConfigError
 
 
 def count_words(texts: Iterable[str], pattern: str) -> Counter[bytes]:

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from pipeline.documents import (
+from hbpe.pipeline.corpus.documents import (
     UNREADABLE_INPUT,
     Document,
     RecordPolicy,
@@ -26,7 +26,7 @@ from pipeline.documents import (
     parse_object,
     parse_text_record,
 )
-from schemas.errors import ConfigError
+from hbpe.schemas.errors import ConfigError
 
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bzip2"}
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".txt": "text", ".parquet": "parquet"}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import tiktoken
 
-from schemas.errors import EncodingUnavailableError
+from hbpe.schemas.errors import EncodingUnavailableError
 
 NAMED_ENCODINGS = ("gpt2", "r50k_base", "p50k_base", "cl100k_base", "o200k_base")
 
@@ -146,6 +146,12 @@ def _read_sidecar(sidecar: Path) -> dict:
             f"{sidecar}: expected an object with a string 'pattern'; fix it, or delete it and pass --pattern"
         )
     return meta
+
+
+def vocabulary_tokens(enc: tiktoken.Encoding) -> list[tuple[int, bytes]]:
+    """(id, bytes) of every non-special first-stage token, in id order (gaps skipped)."""
+    # _mergeable_ranks is tiktoken's own table: faster and gap-free, unlike probing every id.
+    return sorted(((rank, tok) for tok, rank in enc._mergeable_ranks.items()))
 
 
 def load_encoding(spec: str, *, pattern: str | None = None) -> tiktoken.Encoding:

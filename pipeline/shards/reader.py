@@ -1,6 +1,6 @@
 """Read a committed shard directory: manifest, MDS index, tokenizer copy, samples.
 
-Shards are decoded by `pipeline.mds_format` in memory (streaming's dataset would
+Shards are decoded by `hbpe.pipeline.shards.mds_format` in memory (streaming's dataset would
 copy them to a cache directory, and importing it costs ~10 s). Every shard is
 checked against index.json (size, then xxh64) before it is decoded, so a damaged
 file is an ArtifactError naming it, never a zstd traceback or silently wrong samples.
@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import mds_format
-from schemas import shard_columns
-from schemas.errors import ArtifactError
-from schemas.manifest import Manifest
+from hbpe.pipeline.shards import mds_format
+from hbpe.schemas import shard_columns
+from hbpe.schemas.errors import ArtifactError
+from hbpe.schemas.manifest import Manifest
 
 RESTORE = "restore the file from a copy or reconvert with `hbpe convert --overwrite`"
 HBPE_COLUMNS = ("num_bytes", "patches", "tokens")
@@ -137,9 +137,9 @@ class ShardDir:
     @property
     def tokenizer(self):
         if self._tok is None:
-            from pipeline import tokenizer_io
+            from hbpe.pipeline.tokenizer import artifact
 
-            self._tok = tokenizer_io.load(self.path / shard_columns.TOKENIZER_DIRNAME)
+            self._tok = artifact.load(self.path / shard_columns.TOKENIZER_DIRNAME)
         return self._tok
 
     @property

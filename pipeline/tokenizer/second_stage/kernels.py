@@ -1,6 +1,6 @@
 """Fast paths for the two hot loops, with the pure-Python reference as a fallback.
 
-`pipeline._merge_core` (C, built by `pip install`) and the Python functions in
+`_merge_core.c` (C, built by `pip install`) and the Python functions in
 `pair_merges` / `hbpe_merges` implement the same semantics; tests check that they
 agree merge for merge and symbol for symbol.
 """
@@ -13,12 +13,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipeline import hbpe_merges, pair_merges
-from schemas.errors import ConfigError
-from schemas.symbols import FIRST_MERGE_ID
+from hbpe.pipeline.tokenizer import pair_merges
+from hbpe.pipeline.tokenizer.second_stage import apply
+from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.symbols import FIRST_MERGE_ID
 
 try:
-    from pipeline import _merge_core
+    from hbpe.pipeline.tokenizer.second_stage import _merge_core
 except ImportError:  # a source checkout that was never `pip install`ed
     _merge_core = None
 
@@ -37,7 +38,7 @@ def _flatten(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
 
 def _warn_slow() -> None:
     warnings.warn(
-        "hbpe's C kernels are not built (pipeline._merge_core); using the pure-Python reference, "
+        "hbpe's C kernels are not built (_merge_core.c); using the pure-Python reference, "
         "which is ~50x slower. Fix: `pip install -e .` (needs a C compiler).",
         RuntimeWarning,
         stacklevel=3,
@@ -96,4 +97,4 @@ def apply_merges_many(
         return [out_a[bounds[i] : bounds[i + 1]] for i in range(len(seqs))]
     if native:
         _warn_slow()
-    return hbpe_merges.replay_merges(list(seqs), merges, max_patch_size=max_patch_size, mode=mode)
+    return apply.replay_merges(list(seqs), merges, max_patch_size=max_patch_size, mode=mode)

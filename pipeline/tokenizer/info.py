@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.tokenizer import HierarchicalTokenizer
+from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
 
 
 def describe(tok: HierarchicalTokenizer) -> dict:

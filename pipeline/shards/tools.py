@@ -8,11 +8,11 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from pipeline import mds_format
-from pipeline.shard_reader import ShardDir, read_file
-from schemas import shard_columns
-from schemas.errors import ArtifactError, HbpeError
-from schemas.symbols import EOD, PAD, TOKEN_EOD, TOKEN_PAD
+from hbpe.pipeline.shards import mds_format
+from hbpe.pipeline.shards.reader import ShardDir, read_file
+from hbpe.schemas import shard_columns
+from hbpe.schemas.errors import ArtifactError, HbpeError
+from hbpe.schemas.symbols import EOD, PAD, TOKEN_EOD, TOKEN_PAD
 
 
 def stats(sd: ShardDir) -> dict[str, Any]:

@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pipeline import merge_kernels, tokenizer_io
-from pipeline.first_stage import load_encoding
-from pipeline.hbpe_merges import patch_of
-from pipeline.hbpe_train import vocabulary_tokens
-from pipeline.tokenizer import HierarchicalTokenizer
+from hbpe.pipeline.tokenizer import artifact
+from hbpe.pipeline.tokenizer.first_stage import load_encoding, vocabulary_tokens
+from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
+from hbpe.pipeline.tokenizer.second_stage import kernels
+from hbpe.pipeline.tokenizer.second_stage.apply import patch_of
 
 
 def _best_of(fn: Callable[[], object], repeat: int) -> float:
@@ -52,7 +52,7 @@ def bench_tokenizer(tok: HierarchicalTokenizer, texts: list[str], *, repeat: int
 
     times = _interleaved(
         {
-            "second_stage_train_s": lambda: merge_kernels.train_merges(entries, tok.max_patch_size),
+            "second_stage_train_s": lambda: kernels.train_merges(entries, tok.max_patch_size),
             "tiktoken_encode_ordinary": lambda: [enc.encode_ordinary(t) for t in texts],
             "hbpe_encode": hbpe_single,
             "tiktoken_encode_ordinary_batch": lambda: enc.encode_ordinary_batch(texts, num_threads=threads),
@@ -85,10 +85,10 @@ def bench_sweep(encodings: list[str], sizes: list[int], texts: list[str], *, rep
         ids = np.concatenate([np.asarray(x, dtype=np.int64) for x in enc.encode_ordinary_batch(texts, num_threads=2)])
         nbytes = sum(len(t.encode("utf-8")) for t in texts)
         for S in sizes:
-            train_s = _best_of(lambda S=S, entries=entries: merge_kernels.train_merges(entries, S), repeat)
+            train_s = _best_of(lambda S=S, entries=entries: kernels.train_merges(entries, S), repeat)
             row = {"encoding": name, "S": S, "train_s": train_s, "bytes_per_patch": nbytes / len(ids)}
             for mode in ("full", "minimal"):
-                tok = tokenizer_io.train_tokenizer(enc, max_patch_size=S, mode=mode)
+                tok = artifact.train_tokenizer(enc, max_patch_size=S, mode=mode)
                 row["merges"], row["vocab_size"] = len(tok.merges), tok.vocab_size
                 row[f"symbols_per_patch_{mode}"] = float(tok.patch_lengths[ids].mean())
             rows.append(row)

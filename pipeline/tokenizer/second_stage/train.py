@@ -16,16 +16,11 @@ from __future__ import annotations
 
 import tiktoken
 
-from pipeline import merge_kernels
-from pipeline.hbpe_merges import patch_of
-
-
-def vocabulary_tokens(enc: tiktoken.Encoding) -> list[tuple[int, bytes]]:
-    """(id, bytes) of every non-special first-stage token, in id order (gaps skipped)."""
-    # _mergeable_ranks is tiktoken's own table: faster and gap-free, unlike probing every id.
-    return sorted(((rank, tok) for tok, rank in enc._mergeable_ranks.items()))
+from hbpe.pipeline.tokenizer.first_stage import vocabulary_tokens
+from hbpe.pipeline.tokenizer.second_stage import kernels
+from hbpe.pipeline.tokenizer.second_stage.apply import patch_of
 
 
 def train_for_encoding(enc: tiktoken.Encoding, max_patch_size: int) -> list[tuple[int, int]]:
     """Train the second stage on every non-special token of a first-stage encoding."""
-    return merge_kernels.train_merges([patch_of(tok) for _, tok in vocabulary_tokens(enc)], max_patch_size)
+    return kernels.train_merges([patch_of(tok) for _, tok in vocabulary_tokens(enc)], max_patch_size)

@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from pipeline.corpus_files import iter_documents
-from pipeline.documents import Document, RecordPolicy, count_words
-from pipeline.tokenizer import HierarchicalTokenizer
+from hbpe.pipeline.corpus.documents import Document, RecordPolicy, count_words
+from hbpe.pipeline.corpus.files import iter_documents
+from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
 
 
 @dataclass

@@ -16,12 +16,12 @@ from pathlib import Path
 import tiktoken
 
 import hbpe
-from pipeline import first_stage
-from pipeline.hbpe_train import train_for_encoding
-from pipeline.tokenizer import HierarchicalTokenizer
-from schemas.canonical import pretty_json, sha256_hex
-from schemas.errors import ArtifactError, HbpeError
-from schemas.tokenizer_artifact import (
+from hbpe.pipeline.tokenizer import first_stage
+from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
+from hbpe.pipeline.tokenizer.second_stage.train import train_for_encoding
+from hbpe.schemas.canonical import pretty_json, sha256_hex
+from hbpe.schemas.errors import ArtifactError, HbpeError
+from hbpe.schemas.tokenizer_artifact import (
     RANK_FILENAME,
     SPEC_FILENAME,
     FirstStageSpec,
@@ -97,7 +97,7 @@ def load_spec(path: str | os.PathLike) -> TokenizerSpec:
 def load(path: str | os.PathLike) -> HierarchicalTokenizer:
     """Load and verify an artifact directory (local, or a gs:// / s3:// URI): version, fingerprint, rank-file hash."""
     if "://" in str(path):
-        from pipeline.beam import fs  # only remote paths pay for Beam's filesystems
+        from hbpe.pipeline.beam import fs  # only remote paths pay for Beam's filesystems
 
         path = fs.localize_dir(str(path), [SPEC_FILENAME, RANK_FILENAME])
     spec = load_spec(path)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from pipeline.pair_merges import merge_pair
-from schemas.symbols import EOP, FIRST_MERGE_ID
+from hbpe.pipeline.tokenizer.pair_merges import merge_pair
+from hbpe.schemas.symbols import EOP, FIRST_MERGE_ID
 
 
 def apply_merges(

@@ -23,16 +23,16 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import tiktoken
 
-from pipeline import merge_kernels
-from pipeline.hbpe_merges import apply_merges, patch_of
-from pipeline.hbpe_train import vocabulary_tokens
-from schemas.errors import HbpeError
-from schemas.symbols import EOD, NUM_BYTES, PAD
-from schemas.tokenizer_artifact import TokenizerSpec
+from hbpe.pipeline.tokenizer.first_stage import vocabulary_tokens
+from hbpe.pipeline.tokenizer.second_stage import kernels
+from hbpe.pipeline.tokenizer.second_stage.apply import apply_merges, patch_of
+from hbpe.schemas.errors import HbpeError
+from hbpe.schemas.symbols import EOD, NUM_BYTES, PAD
+from hbpe.schemas.tokenizer_artifact import TokenizerSpec
 
 
 class HierarchicalTokenizer:
-    """A loaded two-stage tokenizer. Build with `training.train_tokenizer` or `tokenizer_io.load`."""
+    """A loaded two-stage tokenizer. Build with `training.train_tokenizer` or `artifact.load`."""
 
     def __init__(self, encoding: tiktoken.Encoding, spec: TokenizerSpec) -> None:
         self.encoding = encoding
@@ -63,7 +63,7 @@ class HierarchicalTokenizer:
         S = self.max_patch_size
         vocab = vocabulary_tokens(self.encoding)
         n_rows = self.encoding.max_token_value + 1
-        flat, offsets = merge_kernels.apply_merges_flat(
+        flat, offsets = kernels.apply_merges_flat(
             [patch_of(tok) for _, tok in vocab], self.merges, max_patch_size=S, mode=self.mode
         )
         lengths = np.diff(offsets)

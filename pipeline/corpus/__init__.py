@@ -1,0 +1,1 @@
+"""Corpus files: formats, decompression, work units, records -> documents or rejects."""

@@ -1,0 +1,1 @@
+"""The MDS shard format, and reading and checking committed shard directories."""
