@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from hbpe.schemas.errors import ConfigError
@@ -24,7 +24,6 @@ class ConvertConfig:
     split_bytes: int = 64 << 20  # large uncompressed line files are cut into ranges of this size
     shard_bytes: int = 64 << 20  # target uncompressed shard size; fixes samples per shard
     encode_batch_docs: int = 256
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.inputs:

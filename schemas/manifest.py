@@ -7,7 +7,7 @@ two runs with the same inputs and config.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from hbpe.schemas.errors import ArtifactError
@@ -34,6 +34,22 @@ class Counts:
 
     def balanced(self) -> bool:
         return self.documents_read == self.documents_written + self.documents_rejected
+
+    def reject(self, reason: str) -> None:
+        """Count one record set aside for `reason`."""
+        self.documents_read += 1
+        self.documents_rejected += 1
+        self.rejected_by_reason[reason] = self.rejected_by_reason.get(reason, 0) + 1
+
+    def add(self, other: Counts) -> None:
+        """Merge another worker's counts into these (every field is a sum)."""
+        for f in fields(self):
+            if f.name == "rejected_by_reason":
+                for reason, n in other.rejected_by_reason.items():
+                    self.rejected_by_reason[reason] = self.rejected_by_reason.get(reason, 0) + n
+                self.rejected_by_reason = dict(sorted(self.rejected_by_reason.items()))
+            else:
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 @dataclass
@@ -71,12 +87,22 @@ class Manifest:
             raise ArtifactError(f"{source}: malformed manifest ({e})") from e
 
 
+def ratios(*, nbytes: int, tokens: int, symbols: int, words: int) -> dict[str, float]:
+    """The corpus ratios hbpe reports everywhere (a text patch is one first-stage token).
+
+    >>> ratios(nbytes=10, tokens=2, symbols=6, words=2)
+    {'bytes_per_patch': 5.0, 'symbols_per_patch': 3.0, 'fertility': 1.0}
+    """
+    return {
+        "bytes_per_patch": nbytes / max(tokens, 1),
+        "symbols_per_patch": symbols / max(tokens, 1),  # EOP included, PAD not
+        "fertility": tokens / max(words, 1),  # first-stage tokens per whitespace-separated word
+    }
+
+
 def derived_statistics(c: Counts, histogram: list[int]) -> dict[str, Any]:
     """Ratios from the counts; `histogram[k]` = tokens whose patch has k symbols."""
     return {
-        "bytes_per_patch": c.bytes / max(c.tokens, 1),
-        "symbols_per_patch": c.symbols / max(c.tokens, 1),
-        "bytes_per_token": c.bytes / max(c.tokens, 1),
-        "fertility": c.tokens / max(c.words, 1),
+        **ratios(nbytes=c.bytes, tokens=c.tokens, symbols=c.symbols, words=c.words),
         "patch_length_histogram": histogram,
     }

@@ -18,6 +18,7 @@ from apache_beam.metrics import Metrics
 from hbpe.pipeline.beam import fs
 from hbpe.pipeline.corpus.documents import Document, RecordPolicy, count_words
 from hbpe.pipeline.corpus.files import WorkUnit, iter_unit
+from hbpe.schemas.manifest import Counts
 from hbpe.schemas.symbols import TOKEN_EOD
 
 
@@ -31,17 +32,12 @@ def unit_rejects_path(staging: str, index: int) -> str:
 
 @dataclass
 class UnitSummary:
+    """What one work unit produced: its document counts and the length of its token stream."""
+
     index: int
     stream_patches: int = 0  # length of this unit's stream (tokens + EODs)
-    documents_read: int = 0
-    documents_written: int = 0
-    documents_rejected: int = 0
-    rejected_by_reason: dict[str, int] = field(default_factory=dict)
-    bytes: int = 0
-    words: int = 0
-    tokens: int = 0
-    symbols: int = 0
-    histogram: list[int] = field(default_factory=list)
+    counts: Counts = field(default_factory=Counts)  # documents, bytes, words, tokens, symbols of this unit
+    histogram: list[int] = field(default_factory=list)  # histogram[k] = tokens whose patch has k symbols
 
 
 class _EncodeUnitFn(beam.DoFn):
@@ -62,7 +58,8 @@ class _EncodeUnitFn(beam.DoFn):
 
     def process(self, unit: WorkUnit):
         tok = self.tok
-        s = UnitSummary(index=unit.index, histogram=[0] * (tok.max_patch_size + 1))
+        s = UnitSummary(index=unit.index)
+        c = s.counts
         hist = np.zeros(tok.max_patch_size + 1, dtype=np.int64)
         batch: list[str] = []
         eod = np.array([TOKEN_EOD], dtype=np.int32)
@@ -74,8 +71,8 @@ class _EncodeUnitFn(beam.DoFn):
                 out.write(arr.tobytes())
                 out.write(eod.tobytes())
                 lengths = tok.patch_lengths[arr]
-                s.tokens += len(arr)
-                s.symbols += int(lengths.sum())
+                c.tokens += len(arr)
+                c.symbols += int(lengths.sum())
                 hist[:] += np.bincount(lengths, minlength=len(hist))[: len(hist)]
             batch.clear()
 
@@ -84,27 +81,26 @@ class _EncodeUnitFn(beam.DoFn):
             fs.AtomicWriter(unit_rejects_path(self.staging, unit.index)) as rejects,
         ):
             for rec in iter_unit(unit, self.policy, text_unit=self.text_unit):
-                s.documents_read += 1
                 if isinstance(rec, Document):
-                    s.documents_written += 1
+                    c.documents_read += 1
+                    c.documents_written += 1
                     data = rec.text.encode("utf-8")
-                    s.bytes += len(data)
-                    s.words += count_words(data)
+                    c.bytes += len(data)
+                    c.words += count_words(data)
                     batch.append(rec.text)
                     if len(batch) >= self.batch_docs:
                         flush(out)
                 else:
-                    s.documents_rejected += 1
-                    s.rejected_by_reason[rec.reason] = s.rejected_by_reason.get(rec.reason, 0) + 1
+                    c.reject(rec.reason)
                     rejects.write((json.dumps(rec.to_dict(), ensure_ascii=False, sort_keys=True) + "\n").encode())
             if batch:
                 flush(out)
-        s.stream_patches = s.tokens + s.documents_written  # one EOD per document
+        s.stream_patches = c.tokens + c.documents_written  # one EOD per document
         s.histogram = hist.tolist()
-        self.docs_read.inc(s.documents_read)
-        self.docs_rejected.inc(s.documents_rejected)
-        self.tokens_out.inc(s.tokens)
-        self.bytes_in.inc(s.bytes)
+        self.docs_read.inc(c.documents_read)
+        self.docs_rejected.inc(c.documents_rejected)
+        self.tokens_out.inc(c.tokens)
+        self.bytes_in.inc(c.bytes)
         yield s
 
 

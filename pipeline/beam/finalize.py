@@ -77,17 +77,8 @@ def sum_counts(units: list[UnitSummary], plan: ShardPlan) -> tuple[Counts, list[
     c = Counts()
     hist = np.zeros(max((len(u.histogram) for u in units), default=1), dtype=np.int64)
     for u in units:
-        c.documents_read += u.documents_read
-        c.documents_written += u.documents_written
-        c.documents_rejected += u.documents_rejected
-        for r, n in u.rejected_by_reason.items():
-            c.rejected_by_reason[r] = c.rejected_by_reason.get(r, 0) + n
-        c.bytes += u.bytes
-        c.words += u.words
-        c.tokens += u.tokens
-        c.symbols += u.symbols
+        c.add(u.counts)
         hist[: len(u.histogram)] += u.histogram
-    c.rejected_by_reason = dict(sorted(c.rejected_by_reason.items()))
     c.patches = plan.total_patches
     c.samples = plan.samples
     c.tail_patches_dropped = plan.tail_dropped

@@ -63,6 +63,16 @@ def read_pieces(staging: str, pieces: tuple[tuple[int, int, int], ...]) -> np.nd
 
 
 def plan_shards(units: list[UnitSummary], *, seq_len: int, samples_per_shard: int, tail: str) -> ShardPlan:
+    """Cut the concatenated unit streams into samples of `seq_len` patches and shards of samples.
+
+    A piece is (unit, start, end) in that unit's stream. Two units of 5 and 6 patches at N=4
+    give 2 samples (unit 0 whole, then unit 1's first 3 patches) and a dropped tail of 3:
+
+    >>> pl = plan_shards([UnitSummary(0, stream_patches=5), UnitSummary(1, stream_patches=6)],
+    ...                  seq_len=4, samples_per_shard=2, tail="drop")
+    >>> pl.samples, pl.tasks[0].pieces, pl.tail_dropped, pl.tail_pieces
+    (2, ((0, 0, 5), (1, 0, 3)), 3, ((1, 3, 6),))
+    """
     units = sorted(units, key=lambda u: u.index)
     total = sum(u.stream_patches for u in units)
     full, rest = divmod(total, seq_len)

@@ -20,17 +20,6 @@ EMPTY_TEXT = "empty_text"
 BLANK_LINE = "blank_line"
 TOO_LONG = "too_long"
 UNREADABLE_INPUT = "unreadable_input"  # a file (or its remainder) that cannot be read or decompressed
-REASONS = (
-    MALFORMED_JSON,
-    NOT_AN_OBJECT,
-    MISSING_TEXT_FIELD,
-    NON_STRING_TEXT,
-    INVALID_UTF8,
-    EMPTY_TEXT,
-    BLANK_LINE,
-    TOO_LONG,
-    UNREADABLE_INPUT,
-)
 
 
 @dataclass(frozen=True)

@@ -120,18 +120,20 @@ class HierarchicalTokenizer:
         return list(self._pool.map(fn, texts))
 
     def patches(self, tokens: np.ndarray) -> np.ndarray:
-        """(T,) int32 first-stage ids (or TOKEN_EOD / TOKEN_PAD) -> (T, S) uint16 PAD-padded patches."""
+        """(T,) int32 first-stage ids (or TOKEN_EOD / TOKEN_PAD) -> (T, S) uint16 PAD-padded patches.
+
+        One row of the precomputed table per id, e.g. with gpt2 at S=10 (PAD = 257, EOD = 258):
+
+        >>> tok.patches(np.array([464, -1], dtype=np.int32))[:, :4]  # "The" = "Th" + "e<EOP>"; EOD
+        array([[397, 265, 257, 257],
+               [258, 257, 257, 257]], dtype=uint16)
+        """
         # np.take on int32 indices is ~2x faster than fancy indexing; negatives pick the marker rows
         return np.take(self.table, np.asarray(tokens, dtype=np.int32), axis=0)
 
     def encode_patches(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         tokens = self.encode(text)
         return tokens, self.patches(tokens)
-
-    def symbols(self, tokens: np.ndarray) -> np.ndarray:
-        """Flat symbol stream (PAD removed) for first-stage ids."""
-        p = self.patches(tokens)
-        return p[p != PAD]
 
     def nbytes(self, tokens: np.ndarray) -> int:
         """UTF-8 bytes of text the tokens cover (markers cover none): BPB's denominator."""

@@ -25,7 +25,13 @@ from collections.abc import Callable, Sequence
 
 
 def merge_pair(seq: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """Replace occurrences of `pair` left to right, non-overlapping: ([1,2,3,1,2], (1,2), 4) -> [4,3,4]."""
+    """Replace occurrences of `pair` left to right, non-overlapping.
+
+    >>> merge_pair([1, 2, 3, 1, 2], (1, 2), 4)
+    [4, 3, 4]
+    >>> merge_pair([7, 7, 7], (7, 7), 9)  # "aaa": the first two merge, the third stays
+    [9, 7]
+    """
     a, b = pair
     out: list[int] = []
     i, n = 0, len(seq)

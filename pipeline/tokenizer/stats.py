@@ -11,6 +11,7 @@ import numpy as np
 from hbpe.pipeline.corpus.documents import Document, RecordPolicy, count_words
 from hbpe.pipeline.corpus.files import iter_documents
 from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
+from hbpe.schemas.manifest import ratios
 
 
 @dataclass
@@ -24,18 +25,20 @@ class CorpusStats:
     patch_length_histogram: dict[int, int] = field(default_factory=dict)
     reject_reasons: dict[str, int] = field(default_factory=dict)
 
+    def _ratios(self) -> dict[str, float]:
+        return ratios(nbytes=self.bytes, tokens=self.tokens, symbols=self.symbols, words=self.words)
+
     @property
     def bytes_per_token(self) -> float:
-        return self.bytes / max(self.tokens, 1)
+        return self._ratios()["bytes_per_patch"]
 
     @property
     def symbols_per_patch(self) -> float:
-        return self.symbols / max(self.tokens, 1)
+        return self._ratios()["symbols_per_patch"]
 
     @property
     def fertility(self) -> float:
-        """First-stage tokens per whitespace-separated word."""
-        return self.tokens / max(self.words, 1)
+        return self._ratios()["fertility"]
 
     def to_dict(self) -> dict:
         d = asdict(self)

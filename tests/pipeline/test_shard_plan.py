@@ -33,7 +33,13 @@ def test_encode_units_counts(tmp_path, gpt2_tokenizer_dir):
             | beam.Create([unit])
             | EncodeUnits(str(gpt2_tokenizer_dir), staging, RecordPolicy(), "file", 256)
             | beam.Map(
-                lambda s: (s.documents_read, s.documents_written, s.rejected_by_reason, s.tokens, s.stream_patches)
+                lambda s: (
+                    s.counts.documents_read,
+                    s.counts.documents_written,
+                    s.counts.rejected_by_reason,
+                    s.counts.tokens,
+                    s.stream_patches,
+                )
             )
         )
         assert_that(out, equal_to([(3, 2, {"empty_text": 1}, 3, 5)]))

@@ -23,7 +23,18 @@ from hbpe.schemas.symbols import EOP, FIRST_MERGE_ID
 def apply_merges(
     symbols: Sequence[int], ranks: dict[tuple[int, int], int], *, max_patch_size: int, mode: str
 ) -> list[int]:
-    """Apply merges (pair -> rank) to one symbol sequence, e.g. a patch `bytes + [EOP]`."""
+    """Apply merges (pair -> rank) to one symbol sequence, e.g. a patch `bytes + [EOP]`.
+
+    Merge k gives id 259 + k; the lowest-ranked pair present is merged first, left to right.
+    With merges aa -> 259, (259, a) -> 260, (260, b) -> 261 and (b, EOP) -> 262, the patch of
+    b"aaab" is [97, 97, 97, 98, EOP]:
+
+    >>> ranks = {(97, 97): 0, (259, 97): 1, (260, 98): 2, (98, 256): 3}
+    >>> apply_merges([97, 97, 97, 98, 256], ranks, max_patch_size=3, mode="full")
+    [261, 256]
+    >>> apply_merges([97, 97, 97, 98, 256], ranks, max_patch_size=3, mode="minimal")  # stops at <= S
+    [260, 98, 256]
+    """
     seq = list(symbols)
     while len(seq) > 1:
         if mode == "minimal" and len(seq) <= max_patch_size:

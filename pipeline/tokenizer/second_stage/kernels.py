@@ -24,10 +24,6 @@ except ImportError:  # a source checkout that was never `pip install`ed
     _merge_core = None
 
 
-def have_native() -> bool:
-    return _merge_core is not None
-
-
 def _flatten(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
     offsets = np.zeros(len(seqs) + 1, dtype=np.int64)

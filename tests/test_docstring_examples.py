@@ -1,0 +1,28 @@
+"""The worked examples in the core algorithms' docstrings run, so they cannot drift from the code."""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pytest
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "hbpe.pipeline.tokenizer.second_stage.apply",
+        "hbpe.pipeline.tokenizer.pair_merges",
+        "hbpe.pipeline.tokenizer.hierarchical",
+        "hbpe.pipeline.beam.shards",
+        "hbpe.training.flops",
+        "hbpe.schemas.manifest",
+    ],
+)
+def test_docstring_examples(module, gpt2_tokenizer):
+    import importlib
+
+    mod = importlib.import_module(module)
+    result = doctest.testmod(mod, extraglobs={"tok": gpt2_tokenizer, "np": np}, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
+    assert result.attempted > 0, f"{module} has no worked example"
