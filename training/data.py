@@ -10,7 +10,6 @@ The run's tokenizer is checked against the shards' manifest:
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -19,8 +18,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hbpe.pipeline import storage
 from hbpe.pipeline.shards import mds_format
-from hbpe.pipeline.shards.reader import RESTORE, damaged_error, parse_manifest, read_file, shard_file_problems
+from hbpe.pipeline.shards.reader import (  # read_manifest: also imported from here by training/trainer.py
+    RESTORE,
+    damaged_error,
+    read_file,
+    read_manifest,
+    shard_file_problems,
+)
 from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
 from hbpe.schemas import shard_columns
 from hbpe.schemas.errors import ArtifactError, ConfigError
@@ -31,23 +37,8 @@ log = logging.getLogger(__name__)
 
 
 def _read_bytes(shards: str, name: str) -> bytes | None:
-    """A file of a local or remote shard directory (remote via Beam's filesystems), None if missing."""
-    path = os.path.join(shards, name)
-    if "://" in shards:
-        from hbpe.pipeline.beam import fs
-
-        return fs.read_bytes(path) if fs.exists(path) else None
-    return read_file(Path(path))
-
-
-def read_manifest(shards: str) -> Manifest:
-    """The manifest of a finished local or remote shard directory."""
-    if _read_bytes(shards, shard_columns.COMPLETED_FILENAME) is None:
-        raise ArtifactError(f"{shards} has no COMPLETED marker: not a finished `hbpe convert` output")
-    raw = _read_bytes(shards, shard_columns.MANIFEST_FILENAME)
-    if raw is None:
-        raise ArtifactError(f"{shards} has no manifest.json; {RESTORE}")
-    return parse_manifest(raw, source=os.path.join(shards, shard_columns.MANIFEST_FILENAME))
+    """A file of a local or remote shard directory, None if missing."""
+    return storage.read_if_exists(storage.join(shards, name))
 
 
 def read_index(shards: str) -> tuple[bytes, dict]:
@@ -55,7 +46,7 @@ def read_index(shards: str) -> tuple[bytes, dict]:
     raw = _read_bytes(shards, shard_columns.INDEX_FILENAME)
     if raw is None:
         raise ArtifactError(f"{shards} has no index.json; {RESTORE}")
-    return raw, mds_format.parse_index(raw, source=os.path.join(shards, shard_columns.INDEX_FILENAME))
+    return raw, mds_format.parse_index(raw, source=storage.join(shards, shard_columns.INDEX_FILENAME))
 
 
 @dataclass(frozen=True)
@@ -96,7 +87,7 @@ def check_shards(shards: str, cache_dir: str, *, hashes: bool = True) -> ShardCh
             f"({len(manifest.shards)} shards, {manifest.counts.samples} samples, columns {columns}); {RESTORE}"
         )
     shard_files = nbytes = 0
-    if "://" not in shards:
+    if not storage.is_remote(shards):
         problems = shard_file_problems(Path(shards), index, hashes=hashes)
         if problems:
             raise damaged_error(shards, problems, more=" (found before training or evaluating: nothing was read)")
@@ -134,7 +125,7 @@ def check_shards(shards: str, cache_dir: str, *, hashes: bool = True) -> ShardCh
 def load_shard_tokenizer(shards: str) -> HierarchicalTokenizer:
     from hbpe.pipeline.tokenizer import artifact
 
-    return artifact.load(os.path.join(shards, shard_columns.TOKENIZER_DIRNAME))
+    return artifact.load(storage.join(shards, shard_columns.TOKENIZER_DIRNAME))
 
 
 @dataclass(frozen=True)

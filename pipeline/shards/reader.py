@@ -1,5 +1,8 @@
 """Read a committed shard directory: manifest, MDS index, tokenizer copy, samples.
 
+`read_manifest` is the one reader of manifest.json, for local and remote (gs://, s3://)
+directories; training uses it too.
+
 Shards are decoded by `hbpe.pipeline.shards.mds_format` in memory (streaming's dataset would
 copy them to a cache directory, and importing it costs ~10 s). Every shard is
 checked against index.json (size, then xxh64) before it is decoded, so a damaged
@@ -9,12 +12,14 @@ file is an ArtifactError naming it, never a zstd traceback or silently wrong sam
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from hbpe.pipeline import storage
 from hbpe.pipeline.shards import mds_format
 from hbpe.schemas import shard_columns
 from hbpe.schemas.errors import ArtifactError
@@ -74,6 +79,30 @@ def parse_manifest(raw: bytes, *, source: str) -> Manifest:
     return m
 
 
+def read_manifest(shards: str | os.PathLike) -> Manifest:
+    """The manifest of a finished shard directory (local, or a URI), refused unless it has COMPLETED.
+
+    A remote directory gets the same check: streaming would otherwise train on whatever
+    shards an unfinished or failed conversion left there.
+    """
+    shards = str(shards)
+    mpath = storage.join(shards, shard_columns.MANIFEST_FILENAME)
+    if storage.read_if_exists(storage.join(shards, shard_columns.COMPLETED_FILENAME)) is None:
+        # only on failure: was it a conversion at all? (two more reads, remote ones included)
+        ipath = storage.join(shards, shard_columns.INDEX_FILENAME)
+        if storage.read_if_exists(mpath) is None and storage.read_if_exists(ipath) is None:
+            raise ArtifactError(
+                f"{shards} is not a shard directory (no index.json or manifest.json); run `hbpe convert` first"
+            )
+        raise ArtifactError(
+            f"{shards} has no COMPLETED marker: the conversion did not finish; rerun `hbpe convert --overwrite`"
+        )
+    raw = storage.read_if_exists(mpath)
+    if raw is None:
+        raise ArtifactError(f"{mpath}: missing from a completed shard directory; {RESTORE}")
+    return parse_manifest(raw, source=mpath)
+
+
 def read_file(path: Path) -> bytes | None:
     """The file's bytes, or None when it does not exist."""
     try:
@@ -113,19 +142,10 @@ class ShardDir:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        ipath, mpath = self.path / shard_columns.INDEX_FILENAME, self.path / shard_columns.MANIFEST_FILENAME
-        if not ipath.is_file() and not mpath.is_file():
-            raise ArtifactError(
-                f"{self.path} is not a shard directory (no index.json or manifest.json); run `hbpe convert` first"
-            )
-        if not (self.path / shard_columns.COMPLETED_FILENAME).is_file():
-            raise ArtifactError(
-                f"{self.path} has no COMPLETED marker: the conversion did not finish; rerun `hbpe convert --overwrite`"
-            )
-        for p in (mpath, ipath):
-            if not p.is_file():
-                raise ArtifactError(f"{p}: missing from a completed shard directory; {RESTORE}")
-        self.manifest = parse_manifest(mpath.read_bytes(), source=str(mpath))
+        self.manifest = read_manifest(self.path)
+        ipath = self.path / shard_columns.INDEX_FILENAME
+        if not ipath.is_file():
+            raise ArtifactError(f"{ipath}: missing from a completed shard directory; {RESTORE}")
         self.index = mds_format.parse_index(ipath.read_bytes(), source=str(ipath))
         for i, e in enumerate(self.index["shards"]):
             if sorted(e["column_names"]) != list(HBPE_COLUMNS):

@@ -16,6 +16,7 @@ from pathlib import Path
 import tiktoken
 
 import hbpe
+from hbpe.pipeline import storage
 from hbpe.pipeline.tokenizer import first_stage
 from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
 from hbpe.pipeline.tokenizer.second_stage.train import train_for_encoding
@@ -96,10 +97,24 @@ def load_spec(path: str | os.PathLike) -> TokenizerSpec:
 
 def load(path: str | os.PathLike) -> HierarchicalTokenizer:
     """Load and verify an artifact directory (local, or a gs:// / s3:// URI): version, fingerprint, rank-file hash."""
-    if "://" in str(path):
-        from hbpe.pipeline.beam import fs  # only remote paths pay for Beam's filesystems
+    if storage.is_remote(path):
+        return _load_remote(str(path))
+    return _load_local(path)
 
-        path = fs.localize_dir(str(path), [SPEC_FILENAME, RANK_FILENAME])
+
+def _load_remote(uri: str) -> HierarchicalTokenizer:
+    """Download the two files into a temporary directory and load that; errors name the URI, not the copy."""
+    with tempfile.TemporaryDirectory(prefix="hbpe-tokenizer-") as local:
+        try:
+            storage.localize_dir(uri, [SPEC_FILENAME], into=local)
+            # the rank file's name is in tokenizer.json (a missing one is named by _load_local's checks)
+            storage.localize_dir(uri, [load_spec(local).first_stage.rank_file], into=local)
+            return _load_local(local)
+        except ArtifactError as e:
+            raise ArtifactError(str(e).replace(local, uri.rstrip("/"))) from e
+
+
+def _load_local(path: str | os.PathLike) -> HierarchicalTokenizer:
     spec = load_spec(path)
     fs = spec.first_stage
     rank_path = Path(path) / fs.rank_file
