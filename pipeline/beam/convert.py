@@ -46,6 +46,7 @@ from hbpe.pipeline.corpus.files import FileInfo, WorkUnit, file_info, plan_units
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ConfigError, HbpeError
 from hbpe.schemas.shard_columns import COMPLETED_FILENAME, MANIFEST_FILENAME
+from hbpe.schemas.tokenizer_artifact import TokenizerSpec
 
 STAGING = STAGING_DIRNAME
 
@@ -91,19 +92,17 @@ def build_pipeline(
     cfg: ConvertConfig,
     units: list[WorkUnit],
     files: list[FileInfo],
-    tokenizer_spec: dict,
+    tokenizer_spec: TokenizerSpec,
     started_at: float,
     *,
     output: str | None = None,
 ) -> None:
     """Add the conversion's steps to `p`; they write into `output` (default cfg.output)."""
-    from hbpe.schemas.tokenizer_artifact import SecondStageSpec
-
     output = output or cfg.output
     staging = fs.join(output, STAGING)
     tok_dir = fs.join(staging, "tokenizer")
     policy = RecordPolicy(cfg.text_field, cfg.id_field, cfg.invalid_utf8, cfg.max_doc_bytes)
-    S = SecondStageSpec.from_dict(tokenizer_spec["second_stage"]).max_patch_size
+    S = tokenizer_spec.second_stage.max_patch_size
     ctx = FinalizeContext(
         output=output,
         staging=staging,
@@ -157,7 +156,9 @@ def run_convert(
 
     started = time.time()
     output = _output_dir(cfg.output)
-    tok_spec = artifact.load(cfg.tokenizer).spec  # validates artifact and rank file before any worker starts
+    # the whole load, table included, proves the artifact usable (rank-file hash, merges that fit this
+    # first stage and S) before any worker starts; only the spec travels on into the pipeline
+    tok_spec = artifact.load(cfg.tokenizer).spec
     _refuse_inside(cfg.tokenizer, output, f"--tokenizer {cfg.tokenizer}", cfg.output)
     for pat in cfg.inputs:
         _refuse_inside(_glob_base(pat), output, f"--input {pat}", cfg.output)
@@ -190,7 +191,7 @@ def run_convert(
                 ticker.start()
             try:
                 with p:
-                    build_pipeline(p, cfg, units, files, tok_spec.to_dict(), started, output=build)
+                    build_pipeline(p, cfg, units, files, tok_spec, started, output=build)
             finally:
                 if ticker:
                     ticker.stop()

@@ -69,7 +69,7 @@ class FinalizeContext:
     staging: str
     config: dict
     inputs: list[dict]
-    tokenizer_spec: dict
+    tokenizer_spec: TokenizerSpec
     started_at: float
 
 
@@ -100,7 +100,7 @@ def finalize_output(
             f"accounting failed: documents_read={counts.documents_read} != written {counts.documents_written} "
             f"+ rejected {counts.documents_rejected}"
         )
-    spec = TokenizerSpec.from_dict(ctx.tokenizer_spec)
+    spec = ctx.tokenizer_spec
     names = [shard_columns.shard_basename(i) for i, _ in entries]
 
     # 1. shards into place (each rename is atomic; nothing reads them before COMPLETED)
