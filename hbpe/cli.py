@@ -6,63 +6,15 @@ need them, so `hbpe tokenizer ...` starts fast.
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 import hbpe
+from hbpe import cli_data, cli_train
+from hbpe.cli_common import _emit, _Group
 from hbpe.schemas.errors import HbpeError
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-class _Group(click.Group):
-    """Every failure ends in one `error: ...` line, never a bare traceback.
-
-    HbpeError (a user mistake whose message names the fix): exit 2. An OS error on a named
-    file (missing, unreadable, a directory where a file goes) is also the user's to fix: exit 2.
-    Anything else is a bug: one line, exit 1, and the traceback with HBPE_DEBUG=1.
-    Ctrl-C: exit 130, the shell's convention for SIGINT. Click's own usage errors pass through.
-    """
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except HbpeError as e:
-            _debug_traceback(e)
-            click.echo(f"error: {_one_line(str(e))}", err=True)
-            sys.exit(2)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
-            raise  # usage errors, --help, --version: click prints them itself
-        except KeyboardInterrupt:
-            click.echo("error: interrupted", err=True)
-            sys.exit(130)
-        except OSError as e:
-            if e.filename is None:  # a socket, a pipe, a full disk: not a path the user gave
-                _internal_error(e)
-            _debug_traceback(e)
-            click.echo(f"error: {e.filename}: {_os_problem(e)}", err=True)
-            sys.exit(2)
-        except Exception as e:
-            _internal_error(e)
-
-
-def _os_problem(e: OSError) -> str:
-    """What an OS error on a path the user gave means, and what to do."""
-    if isinstance(e, FileNotFoundError):
-        return "no such file or directory; check the path"
-    if isinstance(e, IsADirectoryError):
-        return "is a directory where a file is needed; pass a file path"
-    if isinstance(e, (NotADirectoryError, FileExistsError)):
-        return f"{_one_line(e.strerror or str(e))} (a file where a directory is needed?); pass another path"
-    if isinstance(e, PermissionError):
-        return "permission denied; check its permissions or pass another path"
-    return f"{_one_line(e.strerror or str(e))}; check the path"
 
 
 def _check_pattern(pattern: str | None) -> None:
@@ -82,46 +34,13 @@ def _check_pattern(pattern: str | None) -> None:
         ) from e
 
 
-def _debug_traceback(e: BaseException) -> None:
-    import os
-    import traceback
-
-    if os.environ.get("HBPE_DEBUG", "") not in ("", "0"):
-        traceback.print_exception(e, file=sys.stderr)
-
-
-def _internal_error(e: BaseException) -> NoReturn:
-    _debug_traceback(e)
-    click.echo(
-        f"error: internal error: {type(e).__name__}: {_one_line(str(e)) or repr(e)} "
-        "(rerun with HBPE_DEBUG=1 for the traceback; please report it)",
-        err=True,
-    )
-    sys.exit(1)
-
-
-def _emit(obj: Any, as_json: bool, render: Callable[[Any], str]) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=True) if as_json else render(obj))
-
-
 @click.group(cls=_Group)
 @click.version_option(hbpe.__version__, prog_name="hbpe")
 def main() -> None:
     """hbpe: hierarchical BPE tokenizers, MDS shards, and hierarchical patch LMs."""
-    import logging
-    import os
-    import warnings
+    from hbpe.pipeline.beam.quiet import quiet_beam
 
-    # Beam logs every worker start at INFO/WARNING; our own progress line and summary say what matters
-    logging.getLogger("apache_beam").setLevel(logging.ERROR)
-    # Beam pins grpcio below the version google-cloud wants; the resulting FutureWarnings (here and in
-    # every Beam worker process, which inherit PYTHONWARNINGS) are not actionable for hbpe users
-    quiet = (
-        "ignore::FutureWarning:google.api_core._python_package_support,ignore::FutureWarning:google.auth.transport.grpc"
-    )
-    if quiet not in os.environ.get("PYTHONWARNINGS", ""):  # once, also when `main` runs many times in one process
-        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), quiet]))
-    warnings.filterwarnings("ignore", message=".*Post-Quantum Cryptography.*", category=FutureWarning)
+    quiet_beam()
 
 
 @main.command("demo")
@@ -130,9 +49,10 @@ def demo(out: str) -> None:
     """Run the main job end to end on the bundled sample (embedded defaults)."""
     from pathlib import Path
 
-    from hbpe.demo import run_demo
+    from hbpe.demo import render_summary, run_demo
 
-    run_demo(Path(out))
+    result = run_demo(Path(out), on_step=click.echo)
+    click.echo(render_summary(result))
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -215,18 +135,11 @@ def tokenizer_info(directory: str, as_json: bool, plot: str | None) -> None:
 @click.option("--input", "input_file", type=click.File("rb"), default="-", help="UTF-8 text (default: stdin).")
 def tokenizer_encode(tokenizer_dir: str, input_file: Any) -> None:
     """Text -> JSON {"tokens": [...], "patches": [[...], ...]} (patches without PAD)."""
-    from hbpe.pipeline.tokenizer import artifact
+    from hbpe.pipeline.tokenizer import artifact, json_io
 
-    data = input_file.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise HbpeError(f"input is not valid UTF-8 (byte {e.start}); convert it to UTF-8 first") from e
+    text = json_io.text_from_bytes(input_file.read())  # before loading: a wrong input fails fast
     tok = artifact.load(tokenizer_dir)
-    tokens, patches = tok.encode_patches(text)
-    lengths = tok.patch_lengths[tokens.astype("int64")]
-    out = {"tokens": tokens.tolist(), "patches": [row[:n].tolist() for row, n in zip(patches, lengths, strict=True)]}
-    click.echo(json.dumps(out, separators=(",", ":")))
+    click.echo(json_io.dumps_encoded(json_io.encode_to_dict(tok, text)))
 
 
 @tokenizer.command("decode")
@@ -234,38 +147,10 @@ def tokenizer_encode(tokenizer_dir: str, input_file: Any) -> None:
 @click.option("--input", "input_file", type=click.File("rb"), default="-", help="JSON from `encode` (default: stdin).")
 def tokenizer_decode(tokenizer_dir: str, input_file: Any) -> None:
     """JSON from `encode` -> the text (from `patches`, or `tokens` when no patches are given)."""
-    from hbpe.pipeline.tokenizer import artifact
+    from hbpe.pipeline.tokenizer import artifact, json_io
 
-    try:
-        obj = json.loads(input_file.read().decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise HbpeError(f"input is not UTF-8 (byte {e.start}); pass the output of `hbpe tokenizer encode`") from e
-    except json.JSONDecodeError as e:
-        raise HbpeError(f"input is not JSON ({e}); pass the output of `hbpe tokenizer encode`") from e
-    if not isinstance(obj, dict) or not ({"patches", "tokens"} & obj.keys()):
-        raise HbpeError('input JSON needs a "patches" or "tokens" list, as written by `hbpe tokenizer encode`')
-    tok = artifact.load(tokenizer_dir)
-    if "patches" in obj:
-        rows = obj["patches"]
-        if not isinstance(rows, list) or not all(isinstance(p, list) for p in rows):
-            raise HbpeError('"patches" must be a list of lists of symbol ids, as written by `hbpe tokenizer encode`')
-        symbols = _ids([s for p in rows for s in p], tok.vocab_size, '"patches"', "symbol")
-        text = tok.decode_symbols_bytes(symbols).decode("utf-8", errors="replace")
-    else:
-        tokens = obj["tokens"] if isinstance(obj["tokens"], list) else [obj["tokens"]]
-        text = tok.decode_tokens(_ids(tokens, tok.encoding.max_token_value + 1, '"tokens"', "first-stage token"))
-    sys.stdout.write(text)
-
-
-def _ids(values: list[Any], n: int, where: str, what: str) -> list[int]:
-    """Ids a user handed in, each an int in [0, n): a negative one would index from the end, silently."""
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < n:
-            raise HbpeError(
-                f"{where} holds {v!r}, not a {what} id of this tokenizer (0..{n - 1}); "
-                "pass the output of `hbpe tokenizer encode` with the same --tokenizer"
-            )
-    return values
+    obj = json_io.parse_encoded(input_file.read())  # before loading: a wrong input fails fast
+    sys.stdout.write(json_io.decode_from_dict(artifact.load(tokenizer_dir), obj))
 
 
 @tokenizer.command("stats")
@@ -277,15 +162,11 @@ def tokenizer_stats(tokenizer_dir: str, corpus: tuple[str, ...], text_field: str
     """Bytes per token, symbols per patch (in the tokenizer's mode) and fertility on a corpus."""
     from hbpe.pipeline.corpus.documents import RecordPolicy
     from hbpe.pipeline.tokenizer import artifact
-    from hbpe.pipeline.tokenizer.stats import corpus_stats, read_texts
+    from hbpe.pipeline.tokenizer.stats import file_stats
 
     tok = artifact.load(tokenizer_dir)
-    texts, rejects = read_texts(corpus, RecordPolicy(text_field=text_field))
-    st = corpus_stats(tok, texts)
-    st.rejected, st.reject_reasons = sum(rejects.values()), dict(rejects)
-    d = st.to_dict()
     _emit(
-        d,
+        file_stats(tok, corpus, RecordPolicy(text_field=text_field)).to_dict(),
         as_json,
         lambda d: (
             f"documents {d['documents']} (rejected {d['rejected']})  bytes {d['bytes']}  tokens {d['tokens']}\n"
@@ -367,12 +248,14 @@ def bench_sweep_cmd(encodings: str, sizes: str, corpus: str, repeat: int, as_jso
     _emit(rows, as_json, render)
 
 
-def _register_more() -> None:
-    """Commands of the pipeline and trainer, defined in their own modules to keep this file small."""
-    from hbpe import cli_data, cli_train
+# --------------------------------------------------------------------------- data and training commands
+# defined in their own modules to keep this file small; attached here, so `main` is complete on import
 
-    cli_data.register(main, bench)
-    cli_train.register(main, bench)
+for _cmd in (cli_data.convert, cli_data.shards, cli_train.train_cmd, cli_train.eval_cmd, cli_train.generate_cmd):
+    main.add_command(_cmd)
+for _cmd in (cli_data.bench_convert, cli_train.bench_train_cmd, cli_train.bench_generate_cmd):
+    bench.add_command(_cmd)
 
 
-_register_more()
+if __name__ == "__main__":  # python -m hbpe.cli
+    main(prog_name="hbpe")

@@ -3,14 +3,17 @@
 tokenizer (gpt2 + hierarchical BPE, S=10) -> Beam conversion of a train/held-out split
 into MDS shards -> verify -> train the tiny model on CPU -> eval BPB on the held-out
 shards -> generate a sample -> summary.
+
+`run_demo` reports each step as one line through `on_step` and returns what it made;
+the CLI prints the lines as they come and then `render_summary` of the result.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-
-import click
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "en-sotu-sample.jsonl.zst"
@@ -29,8 +32,19 @@ def _split_sample(corpus_dir: Path) -> tuple[Path, Path]:
 
 
 def run_demo(
-    out: Path, *, encoding: str = "gpt2", max_patch_size: int = 10, seq_len: int = 128, train_batches: int = 300
-) -> dict:
+    out: Path,
+    *,
+    encoding: str = "gpt2",
+    max_patch_size: int = 10,
+    seq_len: int = 128,
+    train_batches: int = 300,
+    pipeline_args: Sequence[str] = (),
+    on_step: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
+    """Every stage on the bundled sample; returns the artifacts' paths and each stage's result.
+
+    `pipeline_args` go to both Beam conversions (default: DirectRunner on all local cores).
+    """
     from hbpe.pipeline.beam.convert import run_convert
     from hbpe.pipeline.shards.reader import ShardDir
     from hbpe.pipeline.shards.tools import verify
@@ -42,14 +56,14 @@ def run_demo(
     t = time.perf_counter()
     tok = artifact.train_tokenizer(encoding, max_patch_size=max_patch_size)
     tok_dir = artifact.save(tok, out / "tokenizer", overwrite=True)
-    click.echo(
+    on_step(
         f"[1/6] tokenizer: {encoding} + hierarchical BPE S={max_patch_size}: {len(tok.merges)} merges, V'={tok.vocab_size} ({time.perf_counter() - t:.1f}s) -> {tok_dir}"
     )
 
     texts, _ = read_texts([str(SAMPLE)])
     exact = all(tok.decode_patches(tok.encode_patches(x)[1]) == x for x in texts)
     st = corpus_stats(tok, texts)
-    click.echo(
+    on_step(
         f"[2/6] sample: {st.documents} documents, {st.bytes / 1e6:.2f} MB, round trip {'exact' if exact else 'FAILED'}: {st.bytes_per_token:.2f} bytes/patch, {st.symbols_per_patch:.2f} symbols/patch, fertility {st.fertility:.3f}"
     )
 
@@ -64,10 +78,10 @@ def run_demo(
             seq_len=seq_len,
             shard_bytes=1 << 20,
         )
-        m = run_convert(cfg, [], overwrite=True)
+        m = run_convert(cfg, list(pipeline_args), overwrite=True)
         problems = verify(ShardDir(cfg.output))
         c = m["counts"]
-        click.echo(
+        on_step(
             f"[3/6] convert {split} (Beam DirectRunner): {c['documents_written']}/{c['documents_read']} documents -> {c['samples']} samples x {seq_len} patches, {len(m['shards'])} shards, verify {'OK' if not problems else problems[0]} ({time.perf_counter() - t:.1f}s)"
         )
         shards[split] = cfg.output
@@ -79,7 +93,7 @@ def run_demo(
     from hbpe.training.trainer import train
 
     train_dir = out / "train"
-    click.echo(f"[4/6] training the tiny model on CPU for {train_batches} batches (about a minute) ...")
+    on_step(f"[4/6] training the tiny model on CPU for {train_batches} batches (about a minute) ...")
     cfg = load_config(
         "tiny",
         [
@@ -96,21 +110,34 @@ def run_demo(
     )
     r = train(cfg)
     thr = r["throughput"]
-    click.echo(
+    on_step(
         f"[4/6] train tiny ({r['params'] / 1e6:.2f}M params) on {r['device']}: {r['batches']} batches in {r['wall_s']:.0f}s, {thr['bytes_per_sec'] / 1e3:.1f} KB/s, {thr['patches_per_sec']:.0f} patches/s -> {train_dir}"
     )
     ev = evaluate(str(train_dir), shards["eval"])
-    click.echo(
+    on_step(
         f"[5/6] eval on held-out shards: BPB {ev['bpb']:.3f}, {ev['bytes_per_patch']:.2f} bytes/patch, {ev['symbols_per_patch']:.2f} symbols/patch"
     )
     model, gtok, _ = load_model(str(train_dir))
     g = generate(model, gtok, "Fellow-Citizens of the Senate", max_bytes=160, temperature=0.8, seed=0)
-    click.echo(f"[6/6] generate (temperature 0.8, KV caches): {g.text!r}")
-    click.echo(
+    on_step(f"[6/6] generate (temperature 0.8, KV caches): {g.text!r}")
+    return {
+        "tokenizer": str(tok_dir),
+        "max_patch_size": max_patch_size,
+        "shards": shards,
+        "train_folder": str(train_dir),
+        "train": r,
+        "eval": ev,
+        "generation": g.text,
+    }
+
+
+def render_summary(result: dict[str, Any]) -> str:
+    """The closing block of `hbpe demo`: held-out BPB, patch sizes, throughput, where everything is."""
+    ev, r, shards = result["eval"], result["train"], result["shards"]
+    return (
         "\nsummary\n"
         f"  held-out BPB        {ev['bpb']:.3f}\n"
-        f"  bytes per patch     {ev['bytes_per_patch']:.2f}  (symbols per patch {ev['symbols_per_patch']:.2f}, S={max_patch_size})\n"
-        f"  training throughput {thr['bytes_per_sec'] / 1e3:.1f} KB/s of text on {r['device']}\n"
-        f"  artifacts           {tok_dir}, {shards['train']}, {shards['eval']}, {train_dir}"
+        f"  bytes per patch     {ev['bytes_per_patch']:.2f}  (symbols per patch {ev['symbols_per_patch']:.2f}, S={result['max_patch_size']})\n"
+        f"  training throughput {r['throughput']['bytes_per_sec'] / 1e3:.1f} KB/s of text on {r['device']}\n"
+        f"  artifacts           {result['tokenizer']}, {shards['train']}, {shards['eval']}, {result['train_folder']}"
     )
-    return {"tokenizer": str(tok_dir), "shards": shards, "train": r, "eval": ev, "generation": g.text}

@@ -77,3 +77,15 @@ def corpus_stats(tok: HierarchicalTokenizer, texts: list[str], *, batch: int = 2
             st.words += count_words(data)
     st.patch_length_histogram = {k: int(v) for k, v in enumerate(hist) if v}
     return st
+
+
+def file_stats(tok: HierarchicalTokenizer, paths: Iterable[str], policy: RecordPolicy | None = None) -> CorpusStats:
+    """Bytes per token, symbols per patch and fertility of the accepted documents, plus rejects by reason.
+
+    `corpus_stats` sees texts only, so the records that never became documents (no text field,
+    invalid UTF-8, ...) are counted here, where the files are read.
+    """
+    texts, rejects = read_texts(paths, policy)
+    st = corpus_stats(tok, texts)
+    st.rejected, st.reject_reasons = sum(rejects.values()), dict(rejects)
+    return st

@@ -1,0 +1,87 @@
+"""What every `hbpe` command shares: the group that turns failures into one `error:` line, and the output helper.
+
+A module of its own so that cli.py, cli_data.py and cli_train.py all import it and none imports another:
+cli.py attaches the commands the other two define.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import click
+
+from hbpe.schemas.errors import HbpeError
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class _Group(click.Group):
+    """Every failure ends in one `error: ...` line, never a bare traceback.
+
+    HbpeError (a user mistake whose message names the fix): exit 2. An OS error on a named
+    file (missing, unreadable, a directory where a file goes) is also the user's to fix: exit 2.
+    Anything else is a bug: one line, exit 1, and the traceback with HBPE_DEBUG=1.
+    Ctrl-C: exit 130, the shell's convention for SIGINT. Click's own usage errors pass through.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HbpeError as e:
+            _debug_traceback(e)
+            click.echo(f"error: {_one_line(str(e))}", err=True)
+            sys.exit(2)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # usage errors, --help, --version: click prints them itself
+        except KeyboardInterrupt:
+            click.echo("error: interrupted", err=True)
+            sys.exit(130)
+        except OSError as e:
+            if e.filename is None:  # a socket, a pipe, a full disk: not a path the user gave
+                _internal_error(e)
+            _debug_traceback(e)
+            click.echo(f"error: {e.filename}: {_os_problem(e)}", err=True)
+            sys.exit(2)
+        except Exception as e:
+            _internal_error(e)
+
+
+def _os_problem(e: OSError) -> str:
+    """What an OS error on a path the user gave means, and what to do."""
+    if isinstance(e, FileNotFoundError):
+        return "no such file or directory; check the path"
+    if isinstance(e, IsADirectoryError):
+        return "is a directory where a file is needed; pass a file path"
+    if isinstance(e, (NotADirectoryError, FileExistsError)):
+        return f"{_one_line(e.strerror or str(e))} (a file where a directory is needed?); pass another path"
+    if isinstance(e, PermissionError):
+        return "permission denied; check its permissions or pass another path"
+    return f"{_one_line(e.strerror or str(e))}; check the path"
+
+
+def _debug_traceback(e: BaseException) -> None:
+    import os
+    import traceback
+
+    if os.environ.get("HBPE_DEBUG", "") not in ("", "0"):
+        traceback.print_exception(e, file=sys.stderr)
+
+
+def _internal_error(e: BaseException) -> NoReturn:
+    _debug_traceback(e)
+    click.echo(
+        f"error: internal error: {type(e).__name__}: {_one_line(str(e)) or repr(e)} "
+        "(rerun with HBPE_DEBUG=1 for the traceback; please report it)",
+        err=True,
+    )
+    sys.exit(1)
+
+
+def _emit(obj: Any, as_json: bool, render: Callable[[Any], str], *, ensure_ascii: bool = True) -> None:
+    """The one output path of every command with `--json`: indented, sorted JSON, or the human rendering."""
+    click.echo(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=ensure_ascii) if as_json else render(obj))

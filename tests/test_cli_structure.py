@@ -1,0 +1,253 @@
+"""The CLI is thin: commands are module attributes, the work is in the library, and the library never imports the CLI."""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hbpe import cli, cli_data, cli_train
+from hbpe.cli import main
+from hbpe.schemas.errors import HbpeError
+from tests.conftest import IN_MEMORY_BEAM, REPO, SAMPLE_EN
+
+# command path -> (module, attribute): every command is importable and testable without the group
+COMMANDS = {
+    ("demo",): (cli, "demo"),
+    ("tokenizer", "train"): (cli, "tokenizer_train"),
+    ("tokenizer", "train-bpe"): (cli, "tokenizer_train_bpe"),
+    ("tokenizer", "info"): (cli, "tokenizer_info"),
+    ("tokenizer", "encode"): (cli, "tokenizer_encode"),
+    ("tokenizer", "decode"): (cli, "tokenizer_decode"),
+    ("tokenizer", "stats"): (cli, "tokenizer_stats"),
+    ("convert",): (cli_data, "convert"),
+    ("shards",): (cli_data, "shards"),
+    ("shards", "inspect"): (cli_data, "shards_inspect"),
+    ("shards", "verify"): (cli_data, "shards_verify"),
+    ("shards", "export-text"): (cli_data, "shards_export"),
+    ("shards", "stats"): (cli_data, "shards_stats"),
+    ("train",): (cli_train, "train_cmd"),
+    ("eval",): (cli_train, "eval_cmd"),
+    ("generate",): (cli_train, "generate_cmd"),
+    ("bench", "tokenizer"): (cli, "bench_tokenizer_cmd"),
+    ("bench", "sweep"): (cli, "bench_sweep_cmd"),
+    ("bench", "convert"): (cli_data, "bench_convert"),
+    ("bench", "train"): (cli_train, "bench_train_cmd"),
+    ("bench", "generate"): (cli_train, "bench_generate_cmd"),
+}
+
+
+def _registered(group, prefix=()):
+    for name, cmd in group.commands.items():
+        yield (*prefix, name), cmd
+        if hasattr(cmd, "commands"):
+            yield from _registered(cmd, (*prefix, name))
+
+
+def test_commands_are_module_attributes():
+    registered = dict(_registered(main))
+    registered = {path: cmd for path, cmd in registered.items() if path != ("tokenizer",) and path != ("bench",)}
+    assert registered.keys() == COMMANDS.keys()
+    for path, (module, attr) in COMMANDS.items():
+        assert getattr(module, attr) is registered[path], path
+
+
+def test_a_module_level_command_runs_without_the_group(gpt2_tokenizer_dir):
+    r = CliRunner().invoke(cli.tokenizer_encode, ["--tokenizer", str(gpt2_tokenizer_dir)], input=b"hi")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["tokens"] == [5303]
+
+
+# --------------------------------------------------------------------------- layering
+
+LIBRARY = ("schemas", "pipeline", "training")  # installed as hbpe.schemas, hbpe.pipeline, hbpe.training
+
+
+def cli_imports(source: str) -> list[str]:
+    """What `source` imports of the CLI: click, hbpe.cli*, hbpe.demo, or anything of the `hbpe` root but `__version__`."""
+    bad = []
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name != "hbpe"]  # `import hbpe`: see its uses below
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "hbpe":
+                names = [f"hbpe.{a.name}" for a in node.names if a.name != "__version__"]
+            else:
+                names = [node.module]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "hbpe":
+            names = [] if node.attr == "__version__" else [f"hbpe.{node.attr}"]
+        else:
+            continue
+        bad += [n for n in names if n == "click" or n.startswith(("click.", "hbpe.cli", "hbpe.demo"))]
+    return bad
+
+
+def test_the_layering_check_finds_cli_imports():
+    assert cli_imports("import click\nfrom hbpe.cli_common import _emit\nfrom hbpe import cli, __version__\n") == [
+        "click",
+        "hbpe.cli_common",
+        "hbpe.cli",
+    ]
+    assert cli_imports("import hbpe\ndef f():\n    from click import echo\n    hbpe.cli.main()\n") == [
+        "click",
+        "hbpe.cli",
+    ]
+    assert cli_imports("import hbpe\nfrom hbpe.schemas.errors import HbpeError\nv = hbpe.__version__\n") == []
+
+
+def test_the_library_never_imports_the_cli():
+    files = [p for top in LIBRARY for p in sorted((REPO / top).rglob("*.py"))]
+    assert len(files) > 30  # the walk found the library
+    offenders = {str(p.relative_to(REPO)): bad for p in files if (bad := cli_imports(p.read_text()))}
+    assert offenders == {}
+
+
+def test_the_demo_reports_without_click():
+    assert cli_imports((REPO / "hbpe" / "demo.py").read_text()) == []
+
+
+def test_one_json_emitter():
+    """Only cli_common writes `--json` output; the command modules call its `_emit`."""
+    for name in ("cli.py", "cli_data.py", "cli_train.py", "demo.py"):
+        tree = ast.parse((REPO / "hbpe" / name).read_text())
+        dumps = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "dumps"]
+        assert not dumps, f"hbpe/{name} line {dumps[0].lineno}: json.dumps outside cli_common._emit"
+
+
+# --------------------------------------------------------------------------- python -m hbpe.cli
+
+
+def test_python_m_runs_the_cli():
+    r = subprocess.run([sys.executable, "-m", "hbpe.cli", "--version"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("hbpe, version "), r.stdout
+    r = subprocess.run([sys.executable, "-m", "hbpe.cli", "tokenizer", "info"], capture_output=True, text=True)
+    assert r.returncode == 2 and "Usage: hbpe tokenizer info" in r.stderr, r.stderr
+
+
+# --------------------------------------------------------------------------- the library does the work
+
+
+def test_encode_and_stats_print_what_the_library_returns(gpt2_tokenizer_dir):
+    from hbpe.pipeline.tokenizer import artifact, json_io
+    from hbpe.pipeline.tokenizer.stats import file_stats
+
+    tok = artifact.load(gpt2_tokenizer_dir)
+    text = "Fellow-Citizens 你好 🎉\n"
+    r = CliRunner().invoke(main, ["tokenizer", "encode", "--tokenizer", str(gpt2_tokenizer_dir)], input=text.encode())
+    obj = json_io.encode_to_dict(tok, text)
+    assert r.output == json_io.dumps_encoded(obj) + "\n"
+    assert obj["tokens"][:3] == [37, 5037, 12]  # "F", "ellow", "-": gpt2's ids, as tiktoken encodes them
+    assert json_io.decode_from_dict(tok, obj) == text
+    assert json_io.decode_from_dict(tok, {"tokens": obj["tokens"]}) == text
+
+    args = ["tokenizer", "stats", "--tokenizer", str(gpt2_tokenizer_dir), "--corpus", str(SAMPLE_EN), "--json"]
+    r = CliRunner().invoke(main, args)
+    assert json.loads(r.output) == json.loads(json.dumps(file_stats(tok, [str(SAMPLE_EN)]).to_dict()))
+
+
+def test_file_stats_counts_the_rejects(gpt2_tokenizer, tmp_path):
+    from hbpe.pipeline.tokenizer.stats import file_stats
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "one two"}\n{"body": "no text field"}\n{"text": "three"}\n')
+    st = file_stats(gpt2_tokenizer, [str(corpus)])
+    assert (st.documents, st.rejected, st.bytes, st.words) == (2, 1, 12, 3)
+    assert sum(st.reject_reasons.values()) == 1
+
+
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        (b"\xff", r"input is not UTF-8 \(byte 0\); pass the output of `hbpe tokenizer encode`"),
+        (b"{", r"input is not JSON \(.*\); pass the output of `hbpe tokenizer encode`"),
+        (b"[1, 2]", r'input JSON needs a "patches" or "tokens" list'),
+        (b'{"text": "hi"}', r'input JSON needs a "patches" or "tokens" list'),
+    ],
+)
+def test_parse_encoded_rejects_what_encode_never_writes(data, message):
+    from hbpe.pipeline.tokenizer.json_io import parse_encoded
+
+    with pytest.raises(HbpeError, match=message):
+        parse_encoded(data)
+
+
+def test_decode_from_dict_checks_ids(gpt2_tokenizer):
+    from hbpe.pipeline.tokenizer.json_io import decode_from_dict, text_from_bytes
+
+    with pytest.raises(HbpeError, match=r'"patches" holds -1, not a symbol id of this tokenizer \(0\.\.469\)'):
+        decode_from_dict(gpt2_tokenizer, {"patches": [[-1, 256]]})
+    with pytest.raises(HbpeError, match=r'"patches" must be a list of lists of symbol ids'):
+        decode_from_dict(gpt2_tokenizer, {"patches": [1, 2]})
+    with pytest.raises(HbpeError, match=r'"tokens" holds True, not a first-stage token id of this tokenizer'):
+        decode_from_dict(gpt2_tokenizer, {"tokens": [True]})
+    with pytest.raises(HbpeError, match=r"input is not valid UTF-8 \(byte 3\); convert it to UTF-8 first"):
+        text_from_bytes("café".encode("latin-1"))
+
+
+def test_render_summary_flags_unbalanced_accounting():
+    from hbpe.schemas.manifest import Counts
+
+    def manifest(counts: Counts) -> dict:
+        stats = {"bytes_per_patch": 4.0, "symbols_per_patch": 3.0, "fertility": 1.25}
+        return {"counts": counts.__dict__, "statistics": stats, "seq_len": 8, "max_patch_size": 10, "mode": "full",
+                "shards": ["shard.00000.mds"], "timing": {"wall_time_s": 1.0}}  # fmt: skip
+
+    ok = cli_data.render_summary(manifest(Counts(documents_read=3, documents_written=2, documents_rejected=1)))
+    assert ok.splitlines()[-1] == "accounting               read = written + rejected: OK"
+    bad = cli_data.render_summary(manifest(Counts(documents_read=3, documents_written=1, documents_rejected=1)))
+    assert bad.splitlines()[-1] == "accounting               read = written + rejected: MISMATCH"
+
+
+def test_launcher_command():
+    from hbpe.training.launch_command import launcher_command
+
+    assert launcher_command("tiny", ("a=1", "b=x"), nproc=4) == [
+        sys.executable, "-m", "composer.cli.launcher", "-n", "4",
+        "-m", "hbpe.training.launch", "tiny", "a=1", "b=x",
+    ]  # fmt: skip
+    assert launcher_command("c.yaml", [], nproc=2, master_port=29511)[3:7] == ["-n", "2", "--master_port", "29511"]
+
+
+def test_quiet_beam(monkeypatch):
+    from hbpe.pipeline.beam.quiet import quiet_beam
+
+    log = logging.getLogger("apache_beam")
+    monkeypatch.setattr(log, "level", logging.NOTSET)
+    monkeypatch.setenv("PYTHONWARNINGS", "default::DeprecationWarning")
+    quiet_beam()
+    quiet_beam()  # idempotent: the filter goes in once
+    assert log.level == logging.ERROR
+    warnings = __import__("os").environ["PYTHONWARNINGS"].split(",")
+    assert warnings[0] == "default::DeprecationWarning" and len(warnings) == 3
+    assert warnings[1] == "ignore::FutureWarning:google.api_core._python_package_support"
+
+
+# --------------------------------------------------------------------------- hbpe demo
+
+
+def test_run_demo_reports_steps_and_returns_the_summary(tmp_path):
+    """The demo's library part, narrowed (2 batches, in-memory Beam): 7 step lines through the callback, a dict back."""
+    from hbpe.demo import render_summary, run_demo
+
+    lines: list[str] = []
+    result = run_demo(
+        tmp_path / "demo", train_batches=2, seq_len=64, pipeline_args=IN_MEMORY_BEAM, on_step=lines.append
+    )
+    assert [line[:5] for line in lines] == ["[1/6]", "[2/6]", "[3/6]", "[3/6]", "[4/6]", "[4/6]", "[5/6]", "[6/6]"]
+    assert "round trip exact" in lines[1] and "verify OK" in lines[2] and "verify OK" in lines[3]
+    assert result["train"]["batches"] == 2 and result["eval"]["bpb"] > 0
+    assert Path(result["train_folder"]) == tmp_path / "demo" / "train"
+    summary = render_summary(result).splitlines()
+    assert summary[:3] == ["", "summary", f"  held-out BPB        {result['eval']['bpb']:.3f}"]
+    assert summary[-1] == (
+        f"  artifacts           {tmp_path / 'demo' / 'tokenizer'}, {tmp_path / 'demo' / 'shards-train'}, "
+        f"{tmp_path / 'demo' / 'shards-eval'}, {tmp_path / 'demo' / 'train'}"
+    )
