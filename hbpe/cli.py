@@ -102,12 +102,12 @@ def tokenizer_train(
 )
 def tokenizer_train_bpe(corpus: tuple[str, ...], vocab_size: int, pattern: str, min_count: int, out: str) -> None:
     """Train a first-stage byte-level BPE in-house; use the result as --encoding PATH."""
-    from hbpe.pipeline.tokenizer.first_stage_train import count_words, train_ranks, write_encoding
+    from hbpe.pipeline.tokenizer.first_stage_train import count_pretokens, train_ranks, write_encoding
     from hbpe.pipeline.tokenizer.stats import read_texts
 
     _check_pattern(pattern)
     texts, _ = read_texts(corpus)
-    words = count_words(texts, pattern)
+    words = count_pretokens(texts, pattern)
     ranks = train_ranks(words, vocab_size, min_count=min_count)
     path = write_encoding(ranks, out, pattern=pattern)
     note = "" if len(ranks) >= vocab_size else f" (stopped early: no pair occurs >= {min_count} times)"

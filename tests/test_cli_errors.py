@@ -42,9 +42,9 @@ def ws(tmp_path_factory, gpt2_tokenizer_dir, sample_shards):
     (root / "neg-patches.json").write_text('{"patches": [[-1, 256]]}')
     (root / "bad-tokens.json").write_text('{"tokens": [99999999]}')
     (root / "noise.bin").write_bytes(noise(4096))
-    from hbpe.pipeline.tokenizer.first_stage_train import count_words, train_ranks, write_encoding
+    from hbpe.pipeline.tokenizer.first_stage_train import count_pretokens, train_ranks, write_encoding
 
-    ranks = train_ranks(count_words(["the cat sat on the mat, the end"] * 3, "cl100k_base"), 260, min_count=1)
+    ranks = train_ranks(count_pretokens(["the cat sat on the mat, the end"] * 3, "cl100k_base"), 260, min_count=1)
     inhouse = write_encoding(ranks, root / "inhouse.tiktoken", pattern="cl100k_base")  # a good rank file
     badside = write_encoding(ranks, root / "badside.tiktoken", pattern="cl100k_base")
     badside.with_suffix(".json").write_text("{not json")  # ... whose sidecar is broken

@@ -29,8 +29,8 @@ import torch
 
 from hbpe.schemas.errors import ArtifactError
 from hbpe.schemas.train_config import ModelConfig
-from hbpe.training.model import PatchLM, build_model
-from hbpe.training.run_files import read_run_files
+from hbpe.training.model import PatchLM, VocabSpec, build_model
+from hbpe.training.run_files import RUN_FILE, find_run_dir, read_run_files
 
 _FIX = "use a checkpoint written by `hbpe train` (its save folder's latest-rank0.pt)"
 
@@ -263,9 +263,7 @@ def load_model(path: str, *, device: str = "cpu") -> tuple[PatchLM, object, dict
         )
     meta, tok = read_run_files(str(ckpt))
     cfg = ModelConfig(**meta["model"])
-    model = build_model(
-        cfg, vocab_size=meta["vocab_size"], max_patch_size=meta["max_patch_size"], n_vocab=meta["n_vocab"]
-    )
+    model = build_model(cfg, VocabSpec.from_run_meta(meta, source=f"{find_run_dir(str(ckpt)) / RUN_FILE}"))
     obj = safe_torch_load(ckpt)
     try:
         state = obj["state"]["model"]

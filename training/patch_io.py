@@ -16,7 +16,8 @@ from torch import nn
 
 from hbpe.schemas.symbols import PAD
 from hbpe.schemas.train_config import ModelConfig
-from hbpe.training.layers import KVCache, Transformer
+from hbpe.training.layers import KVCache
+from hbpe.training.local_models import LocalDecoder, LocalEncoder
 
 IGNORE = -100
 
@@ -33,95 +34,41 @@ class PatchIO(nn.Module):
         raise NotImplementedError
 
 
-def _local_transformer(cfg: ModelConfig, layers: int) -> Transformer:
-    return Transformer(
-        layers=layers,
-        dim=cfg.local_dim,
-        ffn=cfg.local_ffn,
-        heads=cfg.local_heads,
-        theta=cfg.rope_theta,
-        dropout=cfg.dropout,
-    )
-
-
 class HierarchicalPatchIO(PatchIO):
-    """BPE-patch (the paper): a local encoder pools each patch of S symbols into e_t, and a
-    local decoder predicts the next patch's symbols autoregressively from h_t.
+    """BPE-patch (the paper): the local encoder g_phi pools each patch of S symbols into e_t,
+    and the local decoder m_psi predicts the next patch's symbols autoregressively from h_t.
 
-    Design choices (alternatives are a config switch away):
-    - pooling "mean": masked mean of the encoder states over real symbols, then a linear map
-      to the latent width ("eop": the state at the patch's last real symbol instead);
-    - conditioning "prefix": h_t, projected to the local width, is the decoder's first input
-      position, so symbol s attends to it like to any earlier symbol ("add": h_t is added to
-      every input position after a learned start vector).
+    One symbol embedding table E (V', d) serves both: the decoder reads the symbols of the
+    patch it predicts from the same V' alphabet the encoder reads, the parameter counts stay
+    the ones compared with the paper (README), and at V' = 470 a second table would add
+    little but a second copy to keep in step. E is registered under both models (one tensor,
+    listed once by `parameters()`, two state-dict keys like the BPE baseline's tied head).
     """
 
     def __init__(self, cfg: ModelConfig, *, vocab_size: int, max_patch_size: int) -> None:
         super().__init__()
         self.cfg, self.vocab_size, self.S = cfg, vocab_size, max_patch_size
-        d = cfg.local_dim
-        self.embed = nn.Embedding(vocab_size, d)
-        self.encoder = _local_transformer(cfg, cfg.encoder_layers)
-        self.to_latent = nn.Linear(d, cfg.latent_dim, bias=False)
-        self.from_latent = nn.Linear(cfg.latent_dim, d, bias=False)
-        # only "add" conditioning uses a start vector; an unused parameter would have no optimizer
-        # state and break checkpoint resumption
-        self.start = nn.Parameter(torch.zeros(d)) if cfg.conditioning == "add" else None
-        self.decoder = _local_transformer(cfg, cfg.decoder_layers)
-        self.head = nn.Linear(d, vocab_size, bias=False)
-
-    # ---- local encoder g_phi -------------------------------------------------------------
+        embed = nn.Embedding(vocab_size, cfg.local_dim)  # E: shared by g_phi and m_psi
+        self.encoder = LocalEncoder(cfg, embed)  # g_phi
+        self.decoder = LocalDecoder(cfg, embed, vocab_size=vocab_size)  # m_psi
 
     def encode_patches(self, patches: torch.Tensor) -> torch.Tensor:
-        """(B, T, S) symbols -> (B, T, D_latent)."""
-        B, T, S = patches.shape
-        flat = patches.reshape(B * T, S)
-        real = flat != PAD  # (BT, S)
-        key_mask = real.clone()
-        key_mask[:, 0] = True  # an all-PAD (tail) patch still attends somewhere: no NaN rows
-        x = self.encoder(self.embed(flat), causal=False, key_mask=key_mask)  # (BT, S, d)
-        if self.cfg.pooling == "mean":
-            w = real.unsqueeze(-1).to(x.dtype)
-            pooled = (x * w).sum(1) / w.sum(1).clamp_min(1.0)
-        else:  # "eop": the last real symbol carries the whole patch under bidirectional attention
-            last = real.sum(1).clamp_min(1) - 1
-            pooled = x[torch.arange(B * T, device=x.device), last]
-        return self.to_latent(pooled).view(B, T, -1)
+        """e_t = g_phi(patch_t): (B, T, S) symbols -> (B, T, D_latent)."""
+        return self.encoder(patches)
 
     def encode(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.encode_patches(batch["patches"][:, :-1])
-
-    # ---- local decoder m_psi -------------------------------------------------------------
-
-    def decoder_inputs(self, h: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
-        """h (M, D_latent), prefix symbols (M, k) with k < S -> decoder inputs (M, k+1, d)."""
-        c = self.from_latent(h).unsqueeze(1)  # (M, 1, d)
-        emb = self.embed(prefix)  # (M, k, d)
-        if self.cfg.conditioning == "prefix":
-            return torch.cat([c, emb], dim=1)
-        start = self.start.expand(emb.shape[0], 1, -1)
-        return torch.cat([start, emb], dim=1) + c
+        return self.encoder(batch["patches"][:, :-1])  # (B, T, D): patches 1..T
 
     def decode(self, h: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         targets = batch["patches"][:, 1:]  # (B, T, S): patch t+1 predicted from h_t
         B, T, S = targets.shape
-        tgt = targets.reshape(B * T, S)
-        x = self.decoder_inputs(h.reshape(B * T, -1), tgt[:, :-1])  # (BT, S, d)
-        logits = self.head(self.decoder(x, causal=True))  # (BT, S, V)
-        return logits.reshape(-1, self.vocab_size), tgt.masked_fill(tgt == PAD, IGNORE).reshape(-1)
+        tgt = targets.reshape(B * T, S)  # (BT, S)
+        logits = self.decoder(h.reshape(B * T, -1), tgt)  # (BT, S, V)
+        return logits.reshape(-1, self.vocab_size), tgt.masked_fill(tgt == PAD, IGNORE).reshape(-1)  # (BTS, V), (BTS,)
 
     def symbol_logits(self, h: torch.Tensor, prefix: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
-        """Logits of the next symbol of the patch after h (M, D), given its first k symbols."""
-        if cache is None:
-            x = self.decoder_inputs(h, prefix)
-        elif cache.length == 0:
-            x = self.decoder_inputs(h, prefix[:, :0])
-        else:
-            x = self.embed(prefix[:, -1:])
-            if self.cfg.conditioning == "add":
-                x = x + self.from_latent(h).unsqueeze(1)
-        out = self.decoder(x, causal=True, cache=cache)
-        return self.head(out[:, -1])  # (M, V)
+        """m_psi for generation: logits (M, V) of the next symbol after h (M, D) and prefix (M, k)."""
+        return self.decoder.symbol_logits(h, prefix, cache)
 
 
 class BPEEmbeddingIO(PatchIO):

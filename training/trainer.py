@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from composer import Callback, Logger, State
 
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.train_config import TrainConfig
+
+if TYPE_CHECKING:
+    from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
+    from hbpe.training.model import PatchLM
+
+log = logging.getLogger(__name__)
 
 
 class ThroughputMeter(Callback):
@@ -67,17 +74,47 @@ def _device(cfg: TrainConfig) -> str:
     return "gpu" if torch.cuda.is_available() else "cpu"
 
 
-def resolve_tokenizer(cfg: TrainConfig):
-    """The run's tokenizer: explicit path, else the shards' own; optionally re-fit for another S/mode."""
+def resolve_tokenizer(cfg: TrainConfig) -> tuple[HierarchicalTokenizer, dict[str, Any] | None]:
+    """The run's tokenizer (`data.tokenizer`, else the shards' own), and what was derived from it.
+
+    `data.max_patch_size` / `data.mode` ask for another S or mode than that tokenizer's: its
+    second stage is then retrained here (same first stage, so the shards' `tokens` are re-patched
+    as they stream). That is real work and a different V', so it is never silent: one log line,
+    and `derived_tokenizer` {from_max_patch_size, from_mode, max_patch_size, mode, merges,
+    vocab_size, seconds} in the run info (None when the tokenizer is used as it is).
+    """
     from hbpe.pipeline.tokenizer import artifact
     from hbpe.training.data import load_shard_tokenizer
 
-    tok = artifact.load(cfg.data.tokenizer) if cfg.data.tokenizer else load_shard_tokenizer(cfg.data.train)
-    if cfg.data.max_patch_size or cfg.data.mode:
-        tok = artifact.with_patch_size(
-            tok, max_patch_size=cfg.data.max_patch_size or tok.max_patch_size, mode=cfg.data.mode or tok.mode
-        )
-    return tok
+    base = artifact.load(cfg.data.tokenizer) if cfg.data.tokenizer else load_shard_tokenizer(cfg.data.train)
+    S, mode = cfg.data.max_patch_size or base.max_patch_size, cfg.data.mode or base.mode
+    if (S, mode) == (base.max_patch_size, base.mode):
+        return base, None
+    t = time.perf_counter()
+    tok = artifact.with_patch_size(base, max_patch_size=S, mode=mode)
+    derived = {
+        "from_max_patch_size": base.max_patch_size,
+        "from_mode": base.mode,
+        "max_patch_size": tok.max_patch_size,
+        "mode": tok.mode,
+        "merges": len(tok.merges),
+        "vocab_size": tok.vocab_size,
+        "seconds": round(time.perf_counter() - t, 3),
+    }
+    # WARNING, not INFO: Python's default handler shows it, and a retrained second stage is what a
+    # user comparing runs must not miss
+    log.warning(
+        "derived tokenizer: S=%d %s -> S=%d %s (%d second-stage merges, V'=%d, trained in %.1f s) from "
+        "data.max_patch_size/data.mode; its copy is saved with the run",
+        base.max_patch_size,
+        base.mode,
+        tok.max_patch_size,
+        tok.mode,
+        len(tok.merges),
+        tok.vocab_size,
+        derived["seconds"],
+    )
+    return tok, derived
 
 
 def check_save_folder(cfg: TrainConfig) -> None:
@@ -123,26 +160,9 @@ def guard_checkpoint_loading(cfg: TrainConfig, *, check_autoresume: bool) -> Non
             ensure_safe_checkpoint(latest)
 
 
-def build_run(
-    cfg: TrainConfig,
-    *,
-    callbacks: list[Callback] | None = None,
-    loggers: list[Any] | None = None,
-    eval_enabled: bool = True,
-    save_enabled: bool = True,
-) -> BuiltRun:
-    from composer import Trainer
-    from composer.algorithms import GradientClipping
-    from composer.callbacks import LRMonitor, SpeedMonitor
-    from composer.loggers import FileLogger
+def _start(cfg: TrainConfig, *, save_enabled: bool) -> tuple[str, int]:
+    """Seed, join the process group, claim the save folder -> (device, world size)."""
     from composer.utils import dist, reproducibility
-
-    from hbpe.training.composer_model import HierarchicalComposerModel
-    from hbpe.training.data import build_dataloader, read_manifest
-    from hbpe.training.model import build_model, parameter_counts
-    from hbpe.training.optimizer import build_optimizer, build_scheduler
-    from hbpe.training.parallelize import attach_fsdp_hooks, parallelism_config
-    from hbpe.training.run_files import write_run_files
 
     reproducibility.seed_all(cfg.seed)
     device = _device(cfg)
@@ -154,73 +174,92 @@ def build_run(
         dist.barrier()  # every rank has looked at the folder before rank 0 writes the run files into it
     if cfg.global_batch_size % world:
         raise ConfigError(f"global_batch_size {cfg.global_batch_size} is not divisible by the {world} processes")
-    device_batch = cfg.global_batch_size // world
-    tok = resolve_tokenizer(cfg)
-    seq_len = read_manifest(cfg.data.train).seq_len
-    remote_save = "://" in cfg.save_folder
-    local_root = os.path.join("runs", cfg.run_name) if remote_save else cfg.save_folder  # caches and logs stay local
-    cache = cfg.data.cache_dir or os.path.join(local_root, "stream-cache")
+    return device, world
+
+
+def _local_root(cfg: TrainConfig) -> str:
+    """Where caches and logs go: the save folder, or runs/<run_name> when checkpoints go to a bucket."""
+    return os.path.join("runs", cfg.run_name) if "://" in cfg.save_folder else cfg.save_folder
+
+
+def _dataloaders(
+    cfg: TrainConfig, tok: HierarchicalTokenizer, *, device_batch: int, eval_enabled: bool
+) -> tuple[Any, Any | None]:
+    """(train, eval or None) StreamingDataset loaders; each checks its shards against `tok` first."""
+    from hbpe.training.data import build_dataloader
+
     # one cache per node: streaming's local rank 0 downloads, the other ranks wait for its files
+    cache = cfg.data.cache_dir or os.path.join(_local_root(cfg), "stream-cache")
+    d = cfg.data
     train_dl = build_dataloader(
-        cfg.data.train,
+        d.train,
         tok,
         batch_size=device_batch,
         cache_dir=os.path.join(cache, "train"),
-        shuffle=cfg.data.shuffle,
-        shuffle_seed=cfg.data.shuffle_seed,
-        num_workers=cfg.data.num_workers,
+        shuffle=d.shuffle,
+        shuffle_seed=d.shuffle_seed,
+        num_workers=d.num_workers,
     )
-    eval_dl = None
-    if eval_enabled and cfg.data.eval:
-        eval_dl = build_dataloader(
-            cfg.data.eval,
-            tok,
-            batch_size=device_batch,
-            cache_dir=os.path.join(cache, "eval"),
-            shuffle=False,
-            shuffle_seed=cfg.data.shuffle_seed,
-            drop_last=False,
-        )
-
-    mcfg = cfg.model_config
-    n_vocab = tok.encoding.max_token_value + 1
-    model = attach_fsdp_hooks(
-        build_model(mcfg, vocab_size=tok.vocab_size, max_patch_size=tok.max_patch_size, n_vocab=n_vocab)
+    if not (eval_enabled and d.eval):
+        return train_dl, None
+    eval_dl = build_dataloader(
+        d.eval,
+        tok,
+        batch_size=device_batch,
+        cache_dir=os.path.join(cache, "eval"),
+        shuffle=False,
+        shuffle_seed=d.shuffle_seed,
+        drop_last=False,
     )
-    cmodel = HierarchicalComposerModel(model, max_patch_size=tok.max_patch_size)
-    o = cfg.optim
-    optimizer = build_optimizer(cmodel, o)
-    scheduler = build_scheduler(o)
+    return train_dl, eval_dl
 
-    if save_enabled and dist.get_global_rank() == 0:
-        write_run_files(cfg.save_folder, model_cfg=mcfg, tok=tok, seq_len=seq_len, train_config=cfg.to_dict())
-    meter = ThroughputMeter()
-    precision = cfg.precision if cfg.precision != "auto" else ("amp_bf16" if device == "gpu" else "fp32")
+
+def _model(cfg: TrainConfig, tok: HierarchicalTokenizer) -> tuple[PatchLM, Any]:
+    """(the model with its FSDP hooks, the ComposerModel around it) for `cfg.model_config` shaped by `tok`."""
+    from hbpe.training.composer_model import HierarchicalComposerModel
+    from hbpe.training.model import VocabSpec, build_model
+    from hbpe.training.parallelize import attach_fsdp_hooks
+
+    model = attach_fsdp_hooks(build_model(cfg.model_config, VocabSpec.from_tokenizer(tok)))
+    return model, HierarchicalComposerModel(model, max_patch_size=tok.max_patch_size)
+
+
+def _precision(cfg: TrainConfig, device: str) -> str:
+    return cfg.precision if cfg.precision != "auto" else ("amp_bf16" if device == "gpu" else "fp32")
+
+
+def _trainer_kwargs(
+    cfg: TrainConfig,
+    *,
+    device: str,
+    device_batch: int,
+    callbacks: list[Callback],
+    loggers: list[Any],
+    save_enabled: bool,
+) -> dict[str, Any]:
+    """Composer Trainer arguments other than the model, data and optimizer: schedule, precision, saving, logging."""
+    from composer.algorithms import GradientClipping
+    from composer.callbacks import LRMonitor, SpeedMonitor
+    from composer.loggers import FileLogger
+
+    from hbpe.training.parallelize import parallelism_config
+
     micro = cfg.device_microbatch_size
     if micro == "auto" and device != "gpu":
         micro = device_batch  # Composer's auto microbatching needs CUDA OOM signals
-    all_loggers = list(loggers or [])
+    all_loggers = list(loggers)
     if cfg.log_file and save_enabled:
-        all_loggers.append(FileLogger(filename=os.path.join(local_root, cfg.log_file), flush_interval=1))
-    guard_checkpoint_loading(cfg, check_autoresume=save_enabled and not remote_save)
-    trainer = Trainer(
-        model=cmodel,
-        train_dataloader=train_dl,
-        eval_dataloader=eval_dl,
-        eval_interval=cfg.eval_interval if eval_dl is not None else 0,
-        eval_subset_num_batches=cfg.eval_subset_num_batches,
+        all_loggers.append(FileLogger(filename=os.path.join(_local_root(cfg), cfg.log_file), flush_interval=1))
+    clip = cfg.optim.grad_clip_norm
+    return dict(
         max_duration=cfg.max_duration,
-        optimizers=optimizer,
-        schedulers=scheduler,
-        algorithms=[GradientClipping(clipping_type="norm", clipping_threshold=o.grad_clip_norm)]
-        if o.grad_clip_norm
-        else [],
-        callbacks=[SpeedMonitor(window_size=10), LRMonitor(), meter, *(callbacks or [])],
+        algorithms=[GradientClipping(clipping_type="norm", clipping_threshold=clip)] if clip else [],
+        callbacks=[SpeedMonitor(window_size=10), LRMonitor(), *callbacks],
         loggers=all_loggers,
         run_name=cfg.run_name,
         seed=cfg.seed,
         device=device,
-        precision=precision,
+        precision=_precision(cfg, device),
         device_train_microbatch_size=micro,
         parallelism_config=parallelism_config(
             cfg.fsdp, activation_checkpointing=cfg.activation_checkpointing, on_gpu=device == "gpu"
@@ -236,15 +275,67 @@ def build_run(
         console_log_interval=cfg.log_interval,
         python_log_level=None,
     )
+
+
+def build_run(
+    cfg: TrainConfig,
+    *,
+    callbacks: list[Callback] | None = None,
+    loggers: list[Any] | None = None,
+    eval_enabled: bool = True,
+    save_enabled: bool = True,
+) -> BuiltRun:
+    """Everything `fit()` needs, checked before anything is written: tokenizer, shards, model, Trainer."""
+    from composer import Trainer
+    from composer.utils import dist
+
+    from hbpe.training.data import read_manifest
+    from hbpe.training.model import parameter_counts
+    from hbpe.training.optimizer import build_optimizer, build_scheduler
+    from hbpe.training.run_files import write_run_files
+
+    device, world = _start(cfg, save_enabled=save_enabled)
+    device_batch = cfg.global_batch_size // world
+    tok, derived = resolve_tokenizer(cfg)
+    seq_len = read_manifest(cfg.data.train).seq_len  # the one read here; build_dataloader checks each shard set
+    train_dl, eval_dl = _dataloaders(cfg, tok, device_batch=device_batch, eval_enabled=eval_enabled)
+    model, cmodel = _model(cfg, tok)
+    # before the run files: a bad optim block fails with nothing written
+    optimizer, scheduler = build_optimizer(cmodel, cfg.optim), build_scheduler(cfg.optim)
+    if save_enabled and dist.get_global_rank() == 0:
+        write_run_files(
+            cfg.save_folder, model_cfg=cfg.model_config, tok=tok, seq_len=seq_len, train_config=cfg.to_dict()
+        )
+    meter = ThroughputMeter()
+    guard_checkpoint_loading(cfg, check_autoresume=save_enabled and "://" not in cfg.save_folder)
+    trainer = Trainer(
+        model=cmodel,
+        train_dataloader=train_dl,
+        eval_dataloader=eval_dl,
+        eval_interval=cfg.eval_interval if eval_dl is not None else 0,
+        eval_subset_num_batches=cfg.eval_subset_num_batches,
+        optimizers=optimizer,
+        schedulers=scheduler,
+        **_trainer_kwargs(
+            cfg,
+            device=device,
+            device_batch=device_batch,
+            callbacks=[meter, *(callbacks or [])],
+            loggers=loggers or [],
+            save_enabled=save_enabled,
+        ),
+    )
+    counts = parameter_counts(model)
     info = {
         "device": device,
         "world_size": world,
-        "precision": precision,
-        "params": parameter_counts(model)["total"],
-        "params_by_part": parameter_counts(model),  # the paper's count: a tied matrix once
+        "precision": _precision(cfg, device),
+        "params": counts["total"],
+        "params_by_part": counts,  # the paper's count: a tied matrix once
         "vocab_size": tok.vocab_size,
         "max_patch_size": tok.max_patch_size,
         "seq_len": seq_len,
+        "derived_tokenizer": derived,
     }
     return BuiltRun(trainer, tok, meter, seq_len, info)
 

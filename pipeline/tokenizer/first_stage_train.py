@@ -21,7 +21,12 @@ from hbpe.pipeline.tokenizer.pair_merges import learn_merges
 from hbpe.schemas.errors import ConfigError
 
 
-def count_words(texts: Iterable[str], pattern: str) -> Counter[bytes]:
+def count_pretokens(texts: Iterable[str], pattern: str) -> Counter[bytes]:
+    """How often each pre-token (a match of the split pattern, as UTF-8) occurs: BPE's training input.
+
+    Not `count_words` (whitespace-separated words, fertility's denominator): the pattern splits
+    "hello, world" into "hello", ",", " world".
+    """
     pat = regex.compile(resolve_pattern(pattern))
     words: Counter[bytes] = Counter()
     for text in texts:

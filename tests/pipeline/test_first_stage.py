@@ -6,7 +6,7 @@ import pytest
 import tiktoken
 
 from hbpe.pipeline.tokenizer import artifact, first_stage
-from hbpe.pipeline.tokenizer.first_stage_train import count_words, train_ranks, write_encoding
+from hbpe.pipeline.tokenizer.first_stage_train import count_pretokens, train_ranks, write_encoding
 from hbpe.schemas.errors import EncodingUnavailableError
 
 
@@ -55,10 +55,10 @@ def test_bad_rank_file_line(tmp_path):
 
 
 def test_in_house_first_stage_is_tiktoken_compatible(tmp_path, sample_texts):
-    words = count_words(sample_texts[:6], "cl100k_base")
+    words = count_pretokens(sample_texts[:6], "cl100k_base")
     ranks = train_ranks(words, 1200)
     assert len(ranks) == 1200
-    again = train_ranks(count_words(sample_texts[:6], "cl100k_base"), 1200)
+    again = train_ranks(count_pretokens(sample_texts[:6], "cl100k_base"), 1200)
     assert again == ranks
     path = write_encoding(ranks, tmp_path / "house.tiktoken", pattern="cl100k_base")
     enc = first_stage.load_encoding(str(path))  # pattern from the sidecar json

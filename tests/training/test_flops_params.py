@@ -7,7 +7,7 @@ import torch
 
 from hbpe.schemas.train_config import model_config
 from hbpe.training.flops import paper_forward_flops, train_flops_per_sample, transformer_flops
-from hbpe.training.model import build_model, parameter_counts
+from hbpe.training.model import VocabSpec, build_model, parameter_counts
 
 GPT2_VOCAB = 50257
 PAPER_BYTES_PER_TOKEN = 4.12  # SlimPajama, gpt2 (SPEC section 1)
@@ -15,7 +15,7 @@ PAPER_BYTES_PER_TOKEN = 4.12  # SlimPajama, gpt2 (SPEC section 1)
 
 def _model(size: str, **overrides):
     with torch.device("meta"):  # counts and shapes only: no 400M-parameter allocation
-        return build_model(model_config(size, **overrides), vocab_size=470, max_patch_size=10, n_vocab=GPT2_VOCAB)
+        return build_model(model_config(size, **overrides), VocabSpec(470, 10, GPT2_VOCAB))
 
 
 @pytest.mark.parametrize(
@@ -32,11 +32,9 @@ def test_bpe_baseline_parameters_match_the_paper_when_tied(size, tied, paper_m, 
 
 
 def test_tied_head_is_the_embedding():
-    m = build_model(model_config("tiny", io="bpe"), vocab_size=470, max_patch_size=10, n_vocab=1000)
+    m = build_model(model_config("tiny", io="bpe"), VocabSpec(470, 10, 1000))
     assert m.io.head.weight is m.io.embed.weight
-    untied = build_model(
-        model_config("tiny", io="bpe", tie_embeddings=False), vocab_size=470, max_patch_size=10, n_vocab=1000
-    )
+    untied = build_model(model_config("tiny", io="bpe", tie_embeddings=False), VocabSpec(470, 10, 1000))
     assert untied.io.head.weight is not untied.io.embed.weight
 
 

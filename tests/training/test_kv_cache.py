@@ -12,7 +12,7 @@ import torch
 from hbpe.schemas.symbols import EOD, PAD
 from hbpe.schemas.train_config import model_config
 from hbpe.training.layers import KVCache
-from hbpe.training.model import build_model
+from hbpe.training.model import VocabSpec, build_model
 
 VARIANTS = [("prefix", "mean"), ("prefix", "eop"), ("add", "mean"), ("add", "eop")]
 TOL = 1e-5
@@ -23,7 +23,7 @@ def _scaled_model(tok, conditioning: str, pooling: str):
     cfg = model_config(
         "tiny", latent_layers=3, encoder_layers=3, decoder_layers=3, conditioning=conditioning, pooling=pooling
     )
-    model = build_model(cfg, vocab_size=tok.vocab_size, max_patch_size=tok.max_patch_size, n_vocab=50257)
+    model = build_model(cfg, VocabSpec.from_tokenizer(tok))
     with torch.no_grad():
         for p in model.parameters():  # far from the init: every layer changes its input noticeably
             p.copy_(torch.randn_like(p) * (0.1 if p.ndim > 1 else 0.3) + (1.0 if p.ndim == 1 else 0.0))

@@ -7,12 +7,13 @@ import pytest
 import torch
 
 from hbpe.pipeline.tokenizer import artifact
-from hbpe.schemas.errors import ArtifactError
+from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.train_config import model_config
 from hbpe.training.composer_model import HierarchicalComposerModel
 from hbpe.training.data import Collator, PatchSource, check_compatible, read_manifest
 from hbpe.training.generate import generate
-from hbpe.training.model import build_model
+from hbpe.training.local_models import LocalDecoder, LocalEncoder
+from hbpe.training.model import VocabSpec, build_model, parameter_counts
 from hbpe.training.patch_io import IGNORE
 
 
@@ -29,8 +30,8 @@ def _batch(tok, texts, seq_len=32):
 
 def test_bpb_of_a_uniform_model_is_exact(gpt2_tokenizer, sample_texts):
     tok = gpt2_tokenizer
-    model = build_model(model_config("tiny"), vocab_size=tok.vocab_size, max_patch_size=10, n_vocab=50257)
-    torch.nn.init.zeros_(model.io.head.weight)  # logits all zero: every symbol has p = 1/V'
+    model = build_model(model_config("tiny"), VocabSpec.from_tokenizer(tok))
+    torch.nn.init.zeros_(model.io.decoder.head.weight)  # logits all zero: every symbol has p = 1/V'
     cm = HierarchicalComposerModel(model, max_patch_size=10)
     batch = _batch(tok, sample_texts[:1])
     out = cm(batch)
@@ -45,9 +46,63 @@ def test_bpb_of_a_uniform_model_is_exact(gpt2_tokenizer, sample_texts):
     assert float(cm.loss(out, batch)) == pytest.approx(math.log(tok.vocab_size), rel=1e-6)
 
 
+def _scaled(model):
+    """Weights far from the 0.02 init, so a dependence that should not exist shows up as a large change."""
+    torch.manual_seed(2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * (0.1 if p.ndim > 1 else 0.3) + (1.0 if p.ndim == 1 else 0.0))
+    return model.eval()
+
+
+@pytest.mark.parametrize("conditioning,pooling", [("prefix", "mean"), ("add", "eop")])
+@torch.no_grad()
+def test_the_local_side_is_the_papers_g_phi_and_m_psi(gpt2_tokenizer, conditioning, pooling):
+    """e_t = g_phi(patch_t) sees patch t only; m_psi's logits for symbol s see h_t and symbols < s only."""
+    tok = gpt2_tokenizer
+    cfg = model_config("tiny", encoder_layers=2, decoder_layers=2, conditioning=conditioning, pooling=pooling)
+    model = _scaled(build_model(cfg, VocabSpec.from_tokenizer(tok)))
+    enc, dec = model.io.encoder, model.io.decoder
+    assert isinstance(enc, LocalEncoder) and isinstance(dec, LocalDecoder)
+    assert enc.embed is dec.embed  # one symbol table E, counted once
+    counts = parameter_counts(model)
+    assert counts["io"] == sum(p.numel() for p in [*enc.parameters(), *dec.parameters()]) - enc.embed.weight.numel()
+    assert counts["io"] == sum(p.numel() for name, p in model.named_parameters() if name.startswith("io."))
+
+    patches = torch.from_numpy(tok.patches(tok.encode("Mr. Speaker, the state of our Union is strong")))[None]
+    patches = patches.long()  # (1, T, S)
+    other = patches.clone()
+    other[0, 3] = patches[0, 5]  # another patch at position 3 only
+    e, e2 = model.io.encode_patches(patches), model.io.encode_patches(other)  # (1, T, D)
+    changed = (e - e2).abs().amax(-1)[0]  # (T,)
+    assert changed[3] > 1e-2 and torch.cat([changed[:3], changed[4:]]).max() < 1e-6
+
+    h = torch.randn(1, cfg.latent_dim)  # (1, D)
+    target = torch.arange(1, tok.max_patch_size + 1)[None] + 100  # (1, S): symbols, no PAD
+    later = target.clone()
+    later[0, 4] = 7  # symbol 4 (0-based) differs: logits of symbols 0..4 must not move
+    a, b = dec(h, target), dec(h, later)  # (1, S, V)
+    moved = (a - b).abs().amax(-1)[0]  # (S,)
+    assert moved[:5].max() < 1e-6 and moved[5:].min() > 1e-3
+    assert (dec(h + 1.0, target) - a).abs().amax(-1).min() > 1e-3  # every symbol is conditioned on h_t
+
+
+def test_vocab_spec_from_a_tokenizer_and_from_run_metadata(gpt2_tokenizer):
+    spec = VocabSpec.from_tokenizer(gpt2_tokenizer)
+    assert spec == VocabSpec(vocab_size=gpt2_tokenizer.vocab_size, max_patch_size=10, n_vocab=50257)
+    meta = {"vocab_size": spec.vocab_size, "max_patch_size": 10, "n_vocab": 50257, "seq_len": 64}
+    assert VocabSpec.from_run_meta(meta) == spec
+    with pytest.raises(ArtifactError, match=r"run/hbpe_run.json lacks \['n_vocab'\].*written by `hbpe train`"):
+        VocabSpec.from_run_meta({"vocab_size": 470, "max_patch_size": 10}, source="run/hbpe_run.json")
+    with pytest.raises(ArtifactError, match=r"hbpe_run.json: VocabSpec.max_patch_size='10': must be an integer >= 1"):
+        VocabSpec.from_run_meta({**meta, "max_patch_size": "10"})
+    with pytest.raises(ConfigError, match=r"VocabSpec.vocab_size=0: must be an integer >= 1"):
+        VocabSpec(0, 10, 50257)
+
+
 def test_forward_shapes_and_ignored_pad(gpt2_tokenizer, sample_texts):
     tok = gpt2_tokenizer
-    model = build_model(model_config("tiny"), vocab_size=tok.vocab_size, max_patch_size=10, n_vocab=50257)
+    model = build_model(model_config("tiny"), VocabSpec.from_tokenizer(tok))
     batch = _batch(tok, sample_texts[:1], seq_len=16)
     logits, targets = model(batch)
     B = batch["patches"].shape[0]
@@ -60,10 +115,7 @@ def test_greedy_generation_with_cache_equals_without(gpt2_tokenizer, conditionin
     torch.manual_seed(0)
     tok = gpt2_tokenizer
     model = build_model(
-        model_config("tiny", conditioning=conditioning, pooling=pooling),
-        vocab_size=tok.vocab_size,
-        max_patch_size=10,
-        n_vocab=50257,
+        model_config("tiny", conditioning=conditioning, pooling=pooling), VocabSpec.from_tokenizer(tok)
     ).eval()
     a = generate(model, tok, "Mr. Speaker, the state of", max_bytes=120, use_cache=True)
     b = generate(model, tok, "Mr. Speaker, the state of", max_bytes=120, use_cache=False)

@@ -80,12 +80,10 @@ def test_only_linear_matrices_decay(gpt2_tokenizer):
     from torch import nn
 
     from hbpe.schemas.train_config import model_config
-    from hbpe.training.model import build_model
+    from hbpe.training.model import VocabSpec, build_model
 
     for io in ("hierarchical", "bpe"):
-        model = build_model(
-            model_config("tiny", io=io, conditioning="add"), vocab_size=470, max_patch_size=10, n_vocab=1000
-        )
+        model = build_model(model_config("tiny", io=io, conditioning="add"), VocabSpec(470, 10, 1000))
         decay, no_decay = param_groups(model, 0.1)
         assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
         linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}

@@ -125,6 +125,14 @@ def test_reuse_shards_with_another_patch_size_and_the_bpe_baseline(sample_shards
         )
     )
     assert r["max_patch_size"] == 6 and r["vocab_size"] > 470  # S=6 needs more merges than S=10
+    derived = r["derived_tokenizer"]  # the retrained second stage is in the run's info, not silent
+    assert {k: derived[k] for k in ("from_max_patch_size", "from_mode", "max_patch_size", "mode")} == {
+        "from_max_patch_size": 10,
+        "from_mode": "full",
+        "max_patch_size": 6,
+        "mode": "minimal",
+    }
+    assert derived["vocab_size"] == r["vocab_size"] == 259 + derived["merges"]  # bytes, EOP, PAD, EOD, merges
     assert r["eval"]["BitsPerByte"] > 0
     from hbpe.training.evaluate import evaluate
 
@@ -141,6 +149,34 @@ def test_reuse_shards_with_another_patch_size_and_the_bpe_baseline(sample_shards
         )
     )
     assert b["eval"]["BitsPerByte"] > 0 and b["params"] > 50257 * 64
+
+
+def test_deriving_another_patch_size_is_said_not_silent(sample_shards, tmp_path, caplog):
+    import logging
+
+    from hbpe.training.trainer import resolve_tokenizer
+
+    with caplog.at_level(logging.INFO, logger="hbpe.training.trainer"):
+        tok, derived = resolve_tokenizer(_cfg(sample_shards, tmp_path / "a"))
+        assert derived is None and tok.max_patch_size == 10 and not caplog.records  # the shards' own, as it is
+        same, derived = resolve_tokenizer(_cfg(sample_shards, tmp_path / "b", "data.max_patch_size=10"))
+        assert derived is None and same.fingerprint == tok.fingerprint and not caplog.records
+        s8, derived = resolve_tokenizer(_cfg(sample_shards, tmp_path / "c", "data.max_patch_size=8"))
+    assert s8.max_patch_size == 8 and s8.mode == "full"
+    assert derived == {
+        "from_max_patch_size": 10,
+        "from_mode": "full",
+        "max_patch_size": 8,
+        "mode": "full",
+        "merges": len(s8.merges),
+        "vocab_size": s8.vocab_size,
+        "seconds": derived["seconds"],
+    }
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING
+    assert f"derived tokenizer: S=10 full -> S=8 full ({len(s8.merges)} second-stage merges, V'={s8.vocab_size}" in (
+        record.getMessage()
+    )
 
 
 def test_a_save_folder_holding_a_run_is_refused_unless_resumed_or_replaced(sample_shards, tmp_path):
