@@ -60,7 +60,7 @@ class ShardCheck:
     validate_hash: str | None  # an algorithm every shard's index entry records
 
 
-def check_shards(shards: str, cache_dir: str, *, hashes: bool = True) -> ShardCheck:
+def check_shards(shards: str, cache_dir: str, *, hashes: bool = True, manifest: Manifest | None = None) -> ShardCheck:
     """Refuse damaged shards and a stale or damaged stream cache before anything trains on them.
 
     Local shard directories: every shard's size and (with `hashes`) xxh64 against index.json.
@@ -73,7 +73,7 @@ def check_shards(shards: str, cache_dir: str, *, hashes: bool = True) -> ShardCh
     raw_index, index = read_index(shards)
     # index.json carries no hash of its own: an edited one must at least agree with the manifest,
     # or streaming would read sample offsets that are not there
-    manifest = read_manifest(shards)
+    manifest = manifest or read_manifest(shards)
     names = [e["zip_data"]["basename"] for e in index["shards"]]
     samples = sum(e["samples"] for e in index["shards"])
     columns = shard_columns.mds_columns(manifest.seq_len, manifest.max_patch_size)
@@ -253,6 +253,7 @@ def build_dataloader(
     num_workers: int = 0,
     drop_last: bool = True,
     verify: str = "hash",
+    manifest: Manifest | None = None,
 ) -> torch.utils.data.DataLoader:
     """A StreamingDataset over the shards (local dir or URI) with its resumable state.
 
@@ -264,10 +265,10 @@ def build_dataloader(
     """
     if verify not in ("hash", "size"):
         raise ConfigError(f"verify must be 'hash' or 'size', got {verify!r}")
-    manifest = read_manifest(shards)
+    manifest = manifest or read_manifest(shards)  # the caller's copy when it has read it already
     source = check_compatible(manifest, tok, where=shards)
     local = cache_dir or tempfile.mkdtemp(prefix="hbpe-stream-")
-    check = check_shards(shards, local, hashes=verify == "hash")
+    check = check_shards(shards, local, hashes=verify == "hash", manifest=manifest)
     log.info(
         "checked %d shards and %d cached files of %s (%.1f MB) in %.1f ms",
         check.shard_files,

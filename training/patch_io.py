@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hbpe.schemas.symbols import PAD
+from hbpe.schemas.symbols import PAD, TOKEN_EOD, TOKEN_PAD
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.layers import KVCache
 from hbpe.training.local_models import LocalDecoder, LocalEncoder
@@ -88,14 +88,15 @@ class BPEEmbeddingIO(PatchIO):
             self.head.weight = self.embed.weight
 
     def _ids(self, tokens: torch.Tensor) -> torch.Tensor:
-        return torch.where(tokens < 0, self.n_vocab - 1 - tokens, tokens)  # -1 -> n, -2 -> n+1
+        # the two markers after the vocabulary: TOKEN_EOD (-1) -> n_vocab, TOKEN_PAD (-2) -> n_vocab + 1
+        return torch.where(tokens < 0, self.n_vocab + TOKEN_EOD - tokens, tokens)
 
     def encode(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.embed(self._ids(batch["tokens"][:, :-1]))
 
     def decode(self, h: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         tgt = self._ids(batch["tokens"][:, 1:])
-        tgt = tgt.masked_fill(batch["tokens"][:, 1:] == -2, IGNORE)
+        tgt = tgt.masked_fill(batch["tokens"][:, 1:] == TOKEN_PAD, IGNORE)
         return self.head(h).reshape(-1, self.vocab_size), tgt.reshape(-1)
 
 

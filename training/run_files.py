@@ -18,7 +18,13 @@ RUN_FILE = "hbpe_run.json"
 
 
 def write_run_files(
-    folder: str, *, model_cfg: ModelConfig, tok: HierarchicalTokenizer, seq_len: int, train_config: dict[str, Any]
+    folder: str,
+    *,
+    model_cfg: ModelConfig,
+    tok: HierarchicalTokenizer,
+    seq_len: int,
+    train_config: dict[str, Any],
+    derived_tokenizer: dict[str, Any] | None = None,
 ) -> None:
     os.makedirs(folder, exist_ok=True)
     meta = {
@@ -29,6 +35,7 @@ def write_run_files(
         "n_vocab": tok.encoding.max_token_value + 1,
         "seq_len": seq_len,
         "train_config": train_config,
+        "derived_tokenizer": derived_tokenizer,  # another S or mode than the shards' tokenizer, or None
     }
     Path(folder, RUN_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     artifact.save(tok, Path(folder, "tokenizer"), overwrite=True)

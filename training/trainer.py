@@ -10,53 +10,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from composer import Callback, Logger, State
+from composer import Callback
 
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.train_config import TrainConfig
+from hbpe.training.throughput import ThroughputMeter
 
 if TYPE_CHECKING:
     from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
     from hbpe.training.model import PatchLM
 
 log = logging.getLogger(__name__)
-
-
-class ThroughputMeter(Callback):
-    """Text bytes and patches per second of training (SpeedMonitor reports samples and FLOPs)."""
-
-    def __init__(self) -> None:
-        self.bytes = self.patches = self.batches = 0
-        self.seconds = 0.0
-        self._t0: float | None = None
-
-    def batch_start(self, state: State, logger: Logger) -> None:
-        self._t0 = time.perf_counter()
-
-    def batch_end(self, state: State, logger: Logger) -> None:
-        dt = time.perf_counter() - (self._t0 or time.perf_counter())
-        b = state.batch
-        nbytes, npatches = int(b["target_bytes"].sum()), int(b["tokens"][:, 1:].numel())
-        if self.batches > 0:  # the first batch pays warm-up costs
-            self.seconds += dt
-            self.bytes += nbytes
-            self.patches += npatches
-        self.batches += 1
-        if self.seconds > 0:
-            logger.log_metrics(
-                {
-                    "throughput/bytes_per_sec": self.bytes / self.seconds,
-                    "throughput/patches_per_sec": self.patches / self.seconds,
-                }
-            )
-
-    def summary(self) -> dict[str, float]:
-        s = max(self.seconds, 1e-9)
-        return {
-            "bytes_per_sec": self.bytes / s,
-            "patches_per_sec": self.patches / s,
-            "timed_batches": max(self.batches - 1, 0),
-        }
 
 
 @dataclass
@@ -183,7 +147,7 @@ def _local_root(cfg: TrainConfig) -> str:
 
 
 def _dataloaders(
-    cfg: TrainConfig, tok: HierarchicalTokenizer, *, device_batch: int, eval_enabled: bool
+    cfg: TrainConfig, tok: HierarchicalTokenizer, train_manifest: Any, *, device_batch: int, eval_enabled: bool
 ) -> tuple[Any, Any | None]:
     """(train, eval or None) StreamingDataset loaders; each checks its shards against `tok` first."""
     from hbpe.training.data import build_dataloader
@@ -199,6 +163,7 @@ def _dataloaders(
         shuffle=d.shuffle,
         shuffle_seed=d.shuffle_seed,
         num_workers=d.num_workers,
+        manifest=train_manifest,
     )
     if not (eval_enabled and d.eval):
         return train_dl, None
@@ -297,14 +262,20 @@ def build_run(
     device, world = _start(cfg, save_enabled=save_enabled)
     device_batch = cfg.global_batch_size // world
     tok, derived = resolve_tokenizer(cfg)
-    seq_len = read_manifest(cfg.data.train).seq_len  # the one read here; build_dataloader checks each shard set
-    train_dl, eval_dl = _dataloaders(cfg, tok, device_batch=device_batch, eval_enabled=eval_enabled)
+    train_manifest = read_manifest(cfg.data.train)  # read once: seq_len here, shard checks in the loader
+    seq_len = train_manifest.seq_len
+    train_dl, eval_dl = _dataloaders(cfg, tok, train_manifest, device_batch=device_batch, eval_enabled=eval_enabled)
     model, cmodel = _model(cfg, tok)
     # before the run files: a bad optim block fails with nothing written
     optimizer, scheduler = build_optimizer(cmodel, cfg.optim), build_scheduler(cfg.optim)
     if save_enabled and dist.get_global_rank() == 0:
         write_run_files(
-            cfg.save_folder, model_cfg=cfg.model_config, tok=tok, seq_len=seq_len, train_config=cfg.to_dict()
+            cfg.save_folder,
+            model_cfg=cfg.model_config,
+            tok=tok,
+            seq_len=seq_len,
+            train_config=cfg.to_dict(),
+            derived_tokenizer=derived,
         )
     meter = ThroughputMeter()
     guard_checkpoint_loading(cfg, check_autoresume=save_enabled and "://" not in cfg.save_folder)

@@ -133,6 +133,8 @@ def test_reuse_shards_with_another_patch_size_and_the_bpe_baseline(sample_shards
         "mode": "minimal",
     }
     assert derived["vocab_size"] == r["vocab_size"] == 259 + derived["merges"]  # bytes, EOP, PAD, EOD, merges
+    run_file = json.loads((tmp_path / "s6" / "hbpe_run.json").read_text())
+    assert run_file["derived_tokenizer"]["max_patch_size"] == 6  # and in the run folder, beside the checkpoints
     assert r["eval"]["BitsPerByte"] > 0
     from hbpe.training.evaluate import evaluate
 
