@@ -52,9 +52,7 @@ class _EncodeUnitFn(beam.DoFn):
         self.bytes_in = Metrics.counter("hbpe", "bytes")
 
     def setup(self) -> None:
-        from hbpe.pipeline.tokenizer import artifact
-
-        self.tok = artifact.load(self.tokenizer_dir)
+        self.tok = fs.load_tokenizer(self.tokenizer_dir)
 
     def process(self, unit: WorkUnit):
         tok = self.tok

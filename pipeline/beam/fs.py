@@ -101,6 +101,25 @@ def copy_dir_to(local_dir: str, dest: str) -> None:
             write_atomic(join(dest, p.name), p.read_bytes())
 
 
+def load_tokenizer(path: str):
+    """The tokenizer artifact at `path`, read through Beam's filesystems.
+
+    Workers read the staged copy under the output, whose scheme is whatever the runner's
+    filesystems serve (gs://, s3://, ...); the library's own storage module knows only the
+    object stores streaming supports, so the files are fetched here and loaded locally.
+    """
+    from hbpe.pipeline.tokenizer import artifact
+    from hbpe.schemas.tokenizer_artifact import SPEC_FILENAME
+
+    if not is_remote(path):
+        return artifact.load(path)
+    with tempfile.TemporaryDirectory(prefix="hbpe-tokenizer-") as local:
+        Path(local, SPEC_FILENAME).write_bytes(read_bytes(join(path, SPEC_FILENAME)))
+        rank_file = artifact.load_spec(local).first_stage.rank_file  # a plain name inside the directory
+        Path(local, rank_file).write_bytes(read_bytes(join(path, rank_file)))
+        return artifact.load(local)
+
+
 def localize_dir(path: str, names: list[str]) -> str:
     """A local directory with the given files of `path` (itself if already local)."""
     if not is_remote(path):

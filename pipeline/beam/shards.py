@@ -107,9 +107,7 @@ class _WriteShardFn(beam.DoFn):
         self.samples_written = Metrics.counter("hbpe", "samples_written")
 
     def setup(self) -> None:
-        from hbpe.pipeline.tokenizer import artifact
-
-        self.tok = artifact.load(self.tokenizer_dir)
+        self.tok = fs.load_tokenizer(self.tokenizer_dir)
 
     def process(self, task: ShardTask):
         stream = np.concatenate([read_pieces(self.staging, task.pieces), np.full(task.pad, TOKEN_PAD, dtype=np.int32)])
