@@ -28,8 +28,12 @@ class ConvertConfig:
     def __post_init__(self) -> None:
         if not self.inputs:
             raise ConfigError("no --input given: pass at least one file, directory glob or URI")
-        if self.seq_len < 1:
-            raise ConfigError(f"seq_len must be >= 1, got {self.seq_len}")
+        if self.seq_len < 2:
+            # training predicts patches 1..N-1 from the ones before: N=1 leaves nothing to predict
+            raise ConfigError(
+                f"seq_len must be >= 2, got {self.seq_len}: a sample needs one context patch and one predicted "
+                "patch; pass --seq-len 2 or more"
+            )
         if self.tail not in ("drop", "pad"):
             raise ConfigError(f"tail must be 'drop' or 'pad', got {self.tail!r}")
         if self.invalid_utf8 not in ("reject", "replace"):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import time
@@ -45,6 +46,7 @@ from hbpe.pipeline.corpus.documents import RecordPolicy
 from hbpe.pipeline.corpus.files import FileInfo, WorkUnit, file_info, plan_units, resolve_inputs
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ConfigError, HbpeError
+from hbpe.schemas.manifest import MANIFEST_FORMAT
 from hbpe.schemas.shard_columns import COMPLETED_FILENAME, MANIFEST_FILENAME
 from hbpe.schemas.tokenizer_artifact import TokenizerSpec
 
@@ -150,8 +152,6 @@ def run_convert(
     Raises HbpeError on user mistakes and failed runs (nothing committed, a previous output
     intact), ConversionInterrupted (a KeyboardInterrupt) on SIGINT or SIGTERM.
     """
-    import json
-
     from hbpe.pipeline.tokenizer import artifact
 
     started = time.time()
@@ -267,13 +267,25 @@ def _refuse_inside(path: str, output: str, what: str, shown: str) -> None:
 
 
 def _check_existing(output: str, shown: str, overwrite: bool) -> bool:
-    """True when a previous output is to be replaced; refuses anything else that is not empty."""
+    """True when a previous conversion is to be replaced; refuses anything else that is not empty.
+
+    A folder counts as a previous conversion only by what only hbpe writes (COMPLETED, a
+    staging or build folder, a manifest.json of format "hbpe-shards"), never by file names
+    alone: a user's own index.json or tokenizer/ must not be replaced.
+    """
     names = fs.top_entries(output)
     if not names:
         return False
-    foreign = [n for n in names if not is_hbpe_entry(n)]
+    previous = _is_previous_conversion(output, names)
+    foreign = [n for n in names if not (previous and is_hbpe_entry(n))]
     if foreign:
         listed = ", ".join(foreign[:5]) + (f" ... ({len(foreign)} in all)" if len(foreign) > 5 else "")
+        if not previous:
+            raise ConfigError(
+                f"output {shown} is not empty and holds files hbpe did not write: {listed}; it is not an earlier "
+                "conversion (no COMPLETED, .hbpe-staging/ or hbpe manifest.json), so --overwrite does not replace "
+                "it: choose a new or empty --output, or move those files away"
+            )
         raise ConfigError(
             f"output {shown} is not empty and holds files hbpe did not write: {listed}; "
             "--overwrite only replaces an earlier conversion (shard.*.mds.zstd, index.json, manifest.json, "
@@ -283,6 +295,19 @@ def _check_existing(output: str, shown: str, overwrite: bool) -> bool:
         unfinished = "" if COMPLETED_FILENAME in names else " (an unfinished conversion: no COMPLETED)"
         raise ConfigError(f"output {shown} exists and is not empty{unfinished}; pass --overwrite to replace it")
     return True
+
+
+def _is_previous_conversion(output: str, names: list[str]) -> bool:
+    """Whether `output` holds what only `hbpe convert` writes (finished, or killed before it finished)."""
+    if COMPLETED_FILENAME in names or any(n == STAGING or n.startswith(".hbpe-new-") for n in names):
+        return True
+    if MANIFEST_FILENAME not in names:
+        return False
+    try:
+        d = json.loads(fs.read_bytes(fs.join(output, MANIFEST_FILENAME)))
+    except (OSError, ValueError):
+        return False
+    return isinstance(d, dict) and d.get("format") == MANIFEST_FORMAT
 
 
 def _discard(build: str, *, replacing: bool, created: bool) -> None:

@@ -15,7 +15,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from hbpe.pipeline.shards import mds_format
 from hbpe.schemas import shard_columns
 from hbpe.schemas.errors import ArtifactError
 from hbpe.schemas.manifest import Manifest
+
+if TYPE_CHECKING:
+    from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
 
 RESTORE = "restore the file from a copy or reconvert with `hbpe convert --overwrite`"
 HBPE_COLUMNS = ("num_bytes", "patches", "tokens")
@@ -137,6 +140,27 @@ def damaged_error(where: str | Path, problems: list[str], *, more: str = "") -> 
     return ArtifactError(f"{where}: {noun} damaged: {shown}; {RESTORE}{more}")
 
 
+def load_shard_tokenizer(shards: str | os.PathLike, manifest: Manifest | None = None) -> HierarchicalTokenizer:
+    """The tokenizer copy of a shard directory (local or a URI), refused unless the manifest's fingerprint is its.
+
+    Another valid tokenizer (say an S=6 one copied over the S=10 one) loads fine but decodes
+    the symbols into garbage or fails on patch shapes: every reader goes through this check.
+    """
+    from hbpe.pipeline.tokenizer import artifact
+
+    m = manifest or read_manifest(shards)
+    tdir = storage.join(str(shards), shard_columns.TOKENIZER_DIRNAME)
+    tok = artifact.load(tdir)
+    if tok.fingerprint != m.tokenizer_fingerprint:
+        raise ArtifactError(
+            f"{tdir} does not match the manifest: its fingerprint {tok.fingerprint[:12]} "
+            f"(S={tok.max_patch_size}, {tok.mode}) != manifest {m.tokenizer_fingerprint[:12]} "
+            f"(S={m.max_patch_size}, {m.mode}); restore it from the tokenizer used for the conversion "
+            "or reconvert with `hbpe convert --overwrite`"
+        )
+    return tok
+
+
 class ShardDir:
     """A local shard directory written by `hbpe convert` (refused unless COMPLETED)."""
 
@@ -155,11 +179,10 @@ class ShardDir:
         self._tok = None
 
     @property
-    def tokenizer(self):
+    def tokenizer(self) -> HierarchicalTokenizer:
+        """The tokenizer copy, refused unless it is the one the shards were encoded with."""
         if self._tok is None:
-            from hbpe.pipeline.tokenizer import artifact
-
-            self._tok = artifact.load(self.path / shard_columns.TOKENIZER_DIRNAME)
+            self._tok = load_shard_tokenizer(self.path, self.manifest)
         return self._tok
 
     @property

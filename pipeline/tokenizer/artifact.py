@@ -7,6 +7,7 @@ file is inside the directory and its sha256 is checked against tokenizer.json.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -64,22 +65,57 @@ def with_patch_size(tok: HierarchicalTokenizer, *, max_patch_size: int, mode: st
 
 
 def save(tok: HierarchicalTokenizer, out_dir: str | os.PathLike, *, overwrite: bool = False) -> Path:
-    """Write the artifact directory atomically (temp dir + rename)."""
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise ArtifactError(f"{out} exists and is not empty; pass --overwrite (overwrite=True) to replace it")
+    """Write the artifact directory atomically: built in a sibling temp dir, then renamed into place.
+
+    An existing non-empty `out_dir` is replaced only with `overwrite=True`, and only when it is a
+    tokenizer directory (tokenizer.json and the rank file it names): a folder holding anything
+    else is refused, never deleted, so `--out .` or `--out ~/data` cannot wipe the user's files.
+    """
+    # resolved first: '.' has the name "" and the parent '.', which put the temp dir inside the output
+    out = Path(out_dir).resolve()
+    if out.parent == out:
+        raise ArtifactError(f"{out_dir} is a filesystem root: give a new or empty directory for the tokenizer")
+    if out.exists() and not out.is_dir():
+        raise ArtifactError(f"{out_dir} is a file, not a directory: give a new or empty directory for the tokenizer")
+    names = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    foreign = [n for n in names if n not in _artifact_names(out)]
+    if foreign:
+        listed = ", ".join(foreign[:5]) + (f" ... ({len(foreign)} in all)" if len(foreign) > 5 else "")
+        raise ArtifactError(
+            f"{out_dir} holds files hbpe did not write: {listed}; overwriting only replaces a tokenizer directory "
+            "(tokenizer.json and its rank file): choose a new or empty directory, or move those files away"
+        )
+    if names and not overwrite:
+        raise ArtifactError(f"{out_dir} already holds a tokenizer; pass --overwrite to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    old = None
     try:
         (tmp / RANK_FILENAME).write_bytes(first_stage.format_rank_file(tok.encoding._mergeable_ranks))
         (tmp / SPEC_FILENAME).write_text(pretty_json(tok.spec.to_dict()))
         if out.exists():
-            shutil.rmtree(out)
+            # moved aside, not deleted, until the new one is in place: a failed rename loses nothing
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, old / out.name)
         os.replace(tmp, out)
     except BaseException:
+        if old is not None and not out.exists() and (old / out.name).exists():
+            os.replace(old / out.name, out)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)  # holds only the checked tokenizer files
     return out
+
+
+def _artifact_names(path: Path) -> set[str]:
+    """The names an hbpe tokenizer directory holds: tokenizer.json and the rank file it names."""
+    names = {SPEC_FILENAME, RANK_FILENAME}
+    # no or unreadable tokenizer.json: the default rank file name only
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        names.add(json.loads((path / SPEC_FILENAME).read_text())["first_stage"]["rank_file"])
+    return {n for n in names if isinstance(n, str)}
 
 
 def load_spec(path: str | os.PathLike) -> TokenizerSpec:

@@ -247,9 +247,14 @@ def test_verify_documents_rule_counts_the_eod_in_the_dropped_tail(eval_copy):
 def test_verify_checks_the_tokenizer_fingerprint(train_copy):
     edit_json(train_copy / "manifest.json", lambda d: d.update(tokenizer_fingerprint="0" * 64))
     problems = verify(ShardDir(train_copy))
-    assert any(p.startswith("tokenizer/ fingerprint") and "!= manifest 000000000000" in p for p in problems)
+    assert any(
+        p.startswith("tokenizer/ cannot be used")
+        and "does not match the manifest" in p
+        and "!= manifest 000000000000" in p
+        for p in problems
+    )
     (train_copy / "tokenizer" / "tokenizer.json").write_text("{}")
-    assert any(p.startswith("tokenizer/ cannot be loaded") for p in verify(ShardDir(train_copy)))
+    assert any(p.startswith("tokenizer/ cannot be used") for p in verify(ShardDir(train_copy)))
 
 
 def test_verify_lists_missing_shards_and_keeps_going(train_copy):
