@@ -26,10 +26,6 @@ def join(base: str, *parts: str) -> str:
     return FileSystems.join(base, *parts)
 
 
-def exists(path: str) -> bool:
-    return FileSystems.exists(path)
-
-
 def write_atomic(path: str, data: bytes) -> None:
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
     if not is_remote(path):

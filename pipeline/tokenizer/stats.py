@@ -11,7 +11,7 @@ import numpy as np
 from hbpe.pipeline.corpus.documents import Document, RecordPolicy, count_words
 from hbpe.pipeline.corpus.files import iter_documents
 from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
-from hbpe.schemas.manifest import ratios
+from hbpe.schemas.manifest import Counts, ratios
 
 
 @dataclass
@@ -61,22 +61,36 @@ def read_texts(paths: Iterable[str], policy: RecordPolicy | None = None) -> tupl
     return texts, rejects
 
 
+def tally(c: Counts, hist: np.ndarray, tok: HierarchicalTokenizer, text: str, ids: np.ndarray) -> None:
+    """Add one accepted document and its first-stage ids to `c` and `hist` (hist[k]: patches of k symbols).
+
+    The one accumulator behind `hbpe tokenizer stats` and the conversion's manifest counts.
+    """
+    data = text.encode("utf-8")
+    lengths = tok.patch_lengths[ids]
+    c.documents_read += 1
+    c.documents_written += 1
+    c.bytes += len(data)
+    c.words += count_words(data)
+    c.tokens += len(ids)
+    c.symbols += int(lengths.sum())
+    hist += np.bincount(lengths, minlength=len(hist))[: len(hist)]
+
+
 def corpus_stats(tok: HierarchicalTokenizer, texts: list[str], *, batch: int = 256) -> CorpusStats:
-    st = CorpusStats(documents=len(texts))
-    hist = np.zeros(tok.max_patch_size + 1, dtype=np.int64)
+    c, hist = Counts(), np.zeros(tok.max_patch_size + 1, dtype=np.int64)
     for i in range(0, len(texts), batch):
         chunk = texts[i : i + batch]
-        for ids in tok.encoding.encode_ordinary_batch(chunk, num_threads=2):
-            lengths = tok.patch_lengths[np.asarray(ids, dtype=np.int64)]
-            hist += np.bincount(lengths, minlength=tok.max_patch_size + 1)
-            st.tokens += len(ids)
-            st.symbols += int(lengths.sum())
-        for t in chunk:
-            data = t.encode("utf-8")
-            st.bytes += len(data)
-            st.words += count_words(data)
-    st.patch_length_histogram = {k: int(v) for k, v in enumerate(hist) if v}
-    return st
+        for text, ids in zip(chunk, tok.encode_batch(chunk, num_threads=2), strict=True):
+            tally(c, hist, tok, text, ids)
+    return CorpusStats(
+        documents=c.documents_written,
+        bytes=c.bytes,
+        words=c.words,
+        tokens=c.tokens,
+        symbols=c.symbols,
+        patch_length_histogram={k: int(v) for k, v in enumerate(hist) if v},
+    )
 
 
 def file_stats(tok: HierarchicalTokenizer, paths: Iterable[str], policy: RecordPolicy | None = None) -> CorpusStats:
