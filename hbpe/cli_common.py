@@ -13,11 +13,7 @@ from typing import Any, NoReturn
 
 import click
 
-from hbpe.schemas.errors import HbpeError
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+from hbpe.schemas.errors import HbpeError, debug_traceback, internal_error_line, one_line, os_problem
 
 
 class _Group(click.Group):
@@ -33,8 +29,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except HbpeError as e:
-            _debug_traceback(e)
-            click.echo(f"error: {_one_line(str(e))}", err=True)
+            debug_traceback(e)
+            click.echo(f"error: {one_line(str(e))}", err=True)
             sys.exit(2)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # usage errors, --help, --version: click prints them itself
@@ -44,41 +40,16 @@ class _Group(click.Group):
         except OSError as e:
             if e.filename is None:  # a socket, a pipe, a full disk: not a path the user gave
                 _internal_error(e)
-            _debug_traceback(e)
-            click.echo(f"error: {e.filename}: {_os_problem(e)}", err=True)
+            debug_traceback(e)
+            click.echo(f"error: {e.filename}: {os_problem(e)}", err=True)
             sys.exit(2)
         except Exception as e:
             _internal_error(e)
 
 
-def _os_problem(e: OSError) -> str:
-    """What an OS error on a path the user gave means, and what to do."""
-    if isinstance(e, FileNotFoundError):
-        return "no such file or directory; check the path"
-    if isinstance(e, IsADirectoryError):
-        return "is a directory where a file is needed; pass a file path"
-    if isinstance(e, (NotADirectoryError, FileExistsError)):
-        return f"{_one_line(e.strerror or str(e))} (a file where a directory is needed?); pass another path"
-    if isinstance(e, PermissionError):
-        return "permission denied; check its permissions or pass another path"
-    return f"{_one_line(e.strerror or str(e))}; check the path"
-
-
-def _debug_traceback(e: BaseException) -> None:
-    import os
-    import traceback
-
-    if os.environ.get("HBPE_DEBUG", "") not in ("", "0"):
-        traceback.print_exception(e, file=sys.stderr)
-
-
 def _internal_error(e: BaseException) -> NoReturn:
-    _debug_traceback(e)
-    click.echo(
-        f"error: internal error: {type(e).__name__}: {_one_line(str(e)) or repr(e)} "
-        "(rerun with HBPE_DEBUG=1 for the traceback; please report it)",
-        err=True,
-    )
+    debug_traceback(e)
+    click.echo(internal_error_line(e), err=True)
     sys.exit(1)
 
 

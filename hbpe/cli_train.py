@@ -30,12 +30,33 @@ def train_cmd(config: str, overrides: tuple[str, ...], nproc: int, as_json: bool
 
     cfg = load_config(config, list(overrides))  # validate before launching anything
     if nproc > 1:
-        from hbpe.training.launch_command import launch
-
-        sys.exit(launch(config, overrides, nproc=nproc))
+        _emit(_train_on_processes(config, overrides, nproc), as_json, _render_train)
+        return
     from hbpe.training.trainer import train
 
     _emit(train(cfg), as_json, _render_train)
+
+
+def _train_on_processes(config: str, overrides: tuple[str, ...], nproc: int) -> dict[str, Any]:
+    """Composer's launcher over `nproc` ranks -> rank 0's result (a failed rank has printed its `error:` line)."""
+    import json
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from hbpe.training.launch import RESULT_FILE_ENV
+    from hbpe.training.launch_command import launch
+
+    with tempfile.TemporaryDirectory(prefix="hbpe-train-") as tmp:
+        result_file = Path(tmp, "result.json")
+        os.environ[RESULT_FILE_ENV] = str(result_file)  # the launcher's ranks inherit this environment
+        try:
+            status = launch(config, overrides, nproc=nproc)
+        finally:
+            del os.environ[RESULT_FILE_ENV]
+        if status != 0:
+            sys.exit(status)
+        return json.loads(result_file.read_text())
 
 
 def _render_train(r: dict[str, Any]) -> str:
@@ -73,14 +94,14 @@ def _render_eval(r: dict[str, Any]) -> str:
 @click.option("--prompt", required=True)
 @click.option("--max-bytes", type=click.IntRange(min=1), default=200, show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True, help="0 = greedy.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
 @click.option("--no-cache", is_flag=True, help="Recompute without KV caches (slow reference).")
 def generate_cmd(checkpoint: str, prompt: str, max_bytes: int, temperature: float, seed: int, no_cache: bool) -> None:
     """Generate text patch by patch (at most --max-bytes new bytes, cut at a UTF-8 character boundary)."""
     from hbpe.training.checkpoint import load_model
     from hbpe.training.generate import check_generate_args, generate
 
-    check_generate_args(prompt, max_bytes=max_bytes, temperature=temperature)  # before loading a model
+    check_generate_args(prompt, max_bytes=max_bytes, temperature=temperature, seed=seed)  # before loading a model
     model, tok, _ = load_model(checkpoint)
     g = generate(model, tok, prompt, max_bytes=max_bytes, temperature=temperature, use_cache=not no_cache, seed=seed)
     click.echo(g.text)

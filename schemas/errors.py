@@ -19,3 +19,40 @@ class EncodingUnavailableError(HbpeError, RuntimeError):
 
 class ConfigError(HbpeError, ValueError):
     """A configuration value is out of range or inconsistent with another."""
+
+
+# ---- how an error becomes one line (the CLI and every rank of `hbpe train --nproc N` print the same)
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def os_problem(e: OSError) -> str:
+    """What an OS error on a path the user gave means, and what to do."""
+    if isinstance(e, FileNotFoundError):
+        return "no such file or directory; check the path"
+    if isinstance(e, IsADirectoryError):
+        return "is a directory where a file is needed; pass a file path"
+    if isinstance(e, (NotADirectoryError, FileExistsError)):
+        return f"{one_line(e.strerror or str(e))} (a file where a directory is needed?); pass another path"
+    if isinstance(e, PermissionError):
+        return "permission denied; check its permissions or pass another path"
+    return f"{one_line(e.strerror or str(e))}; check the path"
+
+
+def internal_error_line(e: BaseException) -> str:
+    return (
+        f"error: internal error: {type(e).__name__}: {one_line(str(e)) or repr(e)} "
+        "(rerun with HBPE_DEBUG=1 for the traceback; please report it)"
+    )
+
+
+def debug_traceback(e: BaseException) -> None:
+    """The traceback on stderr when HBPE_DEBUG is set (and not 0)."""
+    import os
+    import sys
+    import traceback
+
+    if os.environ.get("HBPE_DEBUG", "") not in ("", "0"):
+        traceback.print_exception(e, file=sys.stderr)

@@ -31,6 +31,11 @@ _TIME = re.compile(r"((?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)(" + "|".join(TIME_UNITS
 PRECISIONS = ("auto", "fp32", "amp_fp16", "amp_bf16")
 # composer.utils.device.get_device; tpu/neuron/hpu need torch_xla or Habana packages hbpe does not ship
 DEVICES = ("auto", "cpu", "gpu", "mps")
+# URI schemes mosaicml-streaming can read shards from (streaming.base.storage.download.DOWNLOADER_MAPPINGS);
+# `file://` is a local path and is read as one
+URI_SCHEMES = ("s3", "gs", "oci", "azure", "azure-dl", "hf", "dbfs", "sftp", "alipan")
+# Composer's seeds are numpy's: 0 <= seed < 2**32 (composer.utils.reproducibility.seed_all)
+MAX_SEED = 2**32 - 1
 # PyYAML reads `3e-4` (no dot) as a string; a float field takes such text as the number it spells
 _FLOAT_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?", re.IGNORECASE)
 
@@ -178,6 +183,29 @@ def _check_time(key: str, value: Any, example: str, *, zero_ok: bool = False, fr
         raise ConfigError(f"{key}={value}: {unit} counts whole units; e.g. {example}")
     if number == 0 and not zero_ok:
         raise ConfigError(f"{key}={value}: must be more than 0; e.g. {example}")
+
+
+def _local_or_uri(key: str, value: str | None) -> str | None:
+    """A shard/tokenizer location: `file:///x` -> `/x`; a URI of a scheme streaming cannot read is refused."""
+    if not value or "://" not in value:
+        return value
+    scheme = value.split("://", 1)[0].lower()
+    if scheme == "file":
+        return value[len("file://") :] or "/"
+    if scheme not in URI_SCHEMES:
+        raise ConfigError(
+            f"{key}={value}: unsupported URI scheme {scheme}://; use a local path or one of "
+            f"{', '.join(s + '://' for s in URI_SCHEMES)}"
+        )
+    return value
+
+
+def _time_unit(value: str, max_unit: str) -> str:
+    """The unit Composer's warm-up schedulers compare a time in: dur takes the run's unit, ep becomes ba."""
+    unit = _TIME.fullmatch(value).group(2).lower()  # type: ignore[union-attr]  # checked by _check_time
+    if unit == "dur":
+        unit = max_unit
+    return "ba" if unit == "ep" else unit
 
 
 def _check_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -333,10 +361,16 @@ class DataConfig(_Section):
 
     def __post_init__(self) -> None:
         self._check_fields()
+        for name in ("train", "eval", "tokenizer", "cache_dir"):
+            object.__setattr__(self, name, _local_or_uri(f"data.{name}", getattr(self, name)))
         m = self.max_patch_size
         _check_range("data.max_patch_size", m is None or m >= 2, m, "S must be at least 2", "data.max_patch_size=8")
         if self.mode is not None:
             _check_choice("data.mode", self.mode, ("full", "minimal"))
+        seed = self.shuffle_seed
+        _check_range(
+            "data.shuffle_seed", 0 <= seed <= MAX_SEED, seed, f"must be in 0..{MAX_SEED}", "data.shuffle_seed=17"
+        )
         _check_range("data.num_workers", self.num_workers >= 0, self.num_workers, "must be >= 0", "data.num_workers=2")
 
 
@@ -402,6 +436,10 @@ class TrainConfig(_Section):
         for name in ("eval_interval", "save_interval", "log_interval"):
             _check_time(name, getattr(self, name), f"{name}=50ba")
         self._check_fields()
+        _check_range("seed", 0 <= self.seed <= MAX_SEED, self.seed, f"must be in 0..{MAX_SEED}", "seed=17")
+        if self.load_path and self.load_path.startswith("file://"):
+            object.__setattr__(self, "load_path", self.load_path[len("file://") :])
+        self._check_warmup_unit()
         if self.global_batch_size < 1:
             raise ConfigError(f"global_batch_size must be >= 1, got {self.global_batch_size}; e.g. global_batch_size=8")
         micro = self.device_microbatch_size
@@ -422,6 +460,19 @@ class TrainConfig(_Section):
         if not self.data.train:
             raise ConfigError("data.train is empty: set it to a shard directory from `hbpe convert`")
         _model_config(self.model_size, self.model)  # validates the model block early
+
+    def _check_warmup_unit(self) -> None:
+        """Composer's warm-up schedulers need optim.warmup in max_duration's unit (even a 0 warm-up)."""
+        max_unit = _time_unit(self.max_duration, "ba")
+        if _time_unit(self.optim.warmup, max_unit) == max_unit:
+            return
+        warm_unit = _time_unit(self.optim.warmup, max_unit)
+        raise ConfigError(
+            f"optim.warmup={self.optim.warmup} and max_duration={self.max_duration} use different units "
+            f"({warm_unit}, {max_unit}) and Composer's warm-up must count in the run's unit; set optim.warmup in "
+            f"{max_unit} (e.g. optim.warmup=0{max_unit}, or a fraction of the run: optim.warmup=0.05dur) "
+            f"or give max_duration in {warm_unit}"
+        )
 
     @property
     def model_config(self) -> ModelConfig:

@@ -20,7 +20,7 @@ import torch
 
 from hbpe.pipeline import storage
 from hbpe.pipeline.shards import mds_format
-from hbpe.pipeline.shards.reader import (  # read_manifest: also imported from here by training/trainer.py
+from hbpe.pipeline.shards.reader import (  # read_manifest: the trainer imports it from here
     RESTORE,
     damaged_error,
     read_file,
@@ -120,12 +120,6 @@ def check_shards(shards: str, cache_dir: str, *, hashes: bool = True, manifest: 
     algos = set.intersection(*(set(e["zip_data"]["hashes"]) for e in index["shards"])) if index["shards"] else set()
     algo = "xxh64" if "xxh64" in algos else min(algos, default=None)
     return ShardCheck(shard_files, cached_files, nbytes, time.perf_counter() - t, algo)
-
-
-def load_shard_tokenizer(shards: str) -> HierarchicalTokenizer:
-    from hbpe.pipeline.tokenizer import artifact
-
-    return artifact.load(storage.join(shards, shard_columns.TOKENIZER_DIRNAME))
 
 
 @dataclass(frozen=True)

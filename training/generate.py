@@ -40,7 +40,11 @@ class Generation:
     stopped: str  # "max_bytes", "eod", "max_patches" (the caller's limit), "context" (model.max_patches is full)
 
 
-def check_generate_args(prompt: str, *, max_bytes: int, temperature: float) -> None:
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 1e4
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit seed
+
+
+def check_generate_args(prompt: str, *, max_bytes: int, temperature: float, seed: int | None = None) -> None:
     """The caller's arguments, checked before a model is loaded; one ConfigError each."""
     try:
         prompt.encode("utf-8")
@@ -58,6 +62,14 @@ def check_generate_args(prompt: str, *, max_bytes: int, temperature: float) -> N
         raise ConfigError(
             f"temperature={temperature!r}: must be a finite number >= 0 (0 = greedy); e.g. --temperature 0.8"
         )
+    if temperature != 0 and not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:
+        # logits / 1e-40 overflows float32 to inf (softmax: nan), / 1e308 underflows to a uniform draw
+        raise ConfigError(
+            f"temperature={temperature!r}: must be 0 (greedy) or in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}]; "
+            "e.g. --temperature 0.8 (use 0 for the most likely symbol)"
+        )
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
+        raise ConfigError(f"seed={seed!r}: must be an integer in 0..{MAX_SEED} (torch's generator); e.g. --seed 0")
 
 
 def cut_utf8(data: bytes, limit: int) -> bytes:
@@ -94,7 +106,7 @@ def generate(
         raise HbpeError(
             "generation is implemented for the hierarchical (BPE-patch) model; this checkpoint has model.io=bpe"
         )
-    check_generate_args(prompt, max_bytes=max_bytes, temperature=temperature)
+    check_generate_args(prompt, max_bytes=max_bytes, temperature=temperature, seed=seed)
     io, S, device = model.io, tok.max_patch_size, next(model.parameters()).device
     gen = torch.Generator(device="cpu").manual_seed(seed)
     t0 = time.perf_counter()

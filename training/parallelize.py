@@ -31,7 +31,12 @@ def parallelism_config(
     if not fsdp:
         return None
     opts = dict(fsdp)
-    version = int(opts.pop("version", 1))
+    version = opts.pop("version", 1)
+    if isinstance(version, bool) or version not in (1, 2):  # Composer 0.32 has FSDP1 and FSDP2, nothing else
+        raise ConfigError(
+            f"fsdp.version={version!r}: must be 1 (FSDP1, GPUs only) or 2 (FSDP2, also on CPU over gloo); "
+            "e.g. 'fsdp={version: 2}'"
+        )
     if version == 2:
         from composer.utils.parallelism import FSDP2Config
 

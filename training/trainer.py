@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,8 +48,8 @@ def resolve_tokenizer(cfg: TrainConfig) -> tuple[HierarchicalTokenizer, dict[str
     and `derived_tokenizer` {from_max_patch_size, from_mode, max_patch_size, mode, merges,
     vocab_size, seconds} in the run info (None when the tokenizer is used as it is).
     """
+    from hbpe.pipeline.shards.reader import load_shard_tokenizer
     from hbpe.pipeline.tokenizer import artifact
-    from hbpe.training.data import load_shard_tokenizer
 
     base = artifact.load(cfg.data.tokenizer) if cfg.data.tokenizer else load_shard_tokenizer(cfg.data.train)
     S, mode = cfg.data.max_patch_size or base.max_patch_size, cfg.data.mode or base.mode
@@ -91,6 +92,7 @@ def check_save_folder(cfg: TrainConfig) -> None:
 
     if cfg.autoresume and cfg.save_overwrite:
         raise ConfigError("autoresume=true and save_overwrite=true contradict each other: resume or replace, not both")
+    check_save_folder_is_not_data(cfg)
     if cfg.autoresume or cfg.save_overwrite or "://" in cfg.save_folder:
         return
     folder = Path(cfg.save_folder)
@@ -101,6 +103,140 @@ def check_save_folder(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"save_folder {folder} already holds a run ({', '.join(previous[:3])}); pass autoresume=true to continue "
             "it, save_overwrite=true to replace it, or choose another save_folder"
+        )
+
+
+def check_save_folder_is_not_data(cfg: TrainConfig) -> None:
+    """The run writes `tokenizer/` and `hbpe_run.json` into save_folder: never into (or around) shards.
+
+    A shard directory used as save_folder would get the run's tokenizer over its own `tokenizer/`
+    (the shards then no longer verify), and a folder inside one is deleted with it.
+    """
+    from hbpe.schemas import shard_columns
+
+    if "://" in cfg.save_folder:
+        return
+    folder = Path(cfg.save_folder).resolve()
+    for key, value in (("data.train", cfg.data.train), ("data.eval", cfg.data.eval)):
+        if not value or "://" in value:
+            continue
+        data = Path(value).resolve()
+        if folder == data or folder.is_relative_to(data) or data.is_relative_to(folder):
+            where = "is" if folder == data else ("lies inside" if folder.is_relative_to(data) else "contains")
+            raise ConfigError(
+                f"save_folder {cfg.save_folder} {where} the shard directory {key}={value}: the run's tokenizer/ and "
+                "checkpoints would be written among the shards; set save_folder to a folder of its own, e.g. "
+                f"save_folder=runs/{cfg.run_name}"
+            )
+    shard_files = (shard_columns.MANIFEST_FILENAME, shard_columns.INDEX_FILENAME, shard_columns.COMPLETED_FILENAME)
+    found = [name for name in shard_files if (folder / name).exists()]
+    if found:
+        raise ConfigError(
+            f"save_folder {cfg.save_folder} holds a shard directory's files ({', '.join(found)}): the run's tokenizer/ "
+            f"would overwrite the shards' own; set save_folder to a folder of its own, e.g. save_folder=runs/{cfg.run_name}"
+        )
+
+
+def check_resume_matches(cfg: TrainConfig, tok: HierarchicalTokenizer) -> None:
+    """autoresume continues the run in save_folder only with that run's model and tokenizer.
+
+    Otherwise hbpe_run.json would be rewritten for the new model, Composer would then fail to load
+    the old weights (an internal KeyError), and the old checkpoints could no longer be evaluated.
+    """
+    import json
+    from dataclasses import asdict
+
+    from hbpe.training.run_files import RUN_FILE
+
+    if not cfg.autoresume or "://" in cfg.save_folder:
+        return
+    path = Path(cfg.save_folder, RUN_FILE)
+    if not path.is_file():
+        return
+    try:
+        old = json.loads(path.read_text())
+        old_model, old_fingerprint = dict(old["model"]), old["tokenizer_fingerprint"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(
+            f"{path} is not a readable {RUN_FILE} ({type(e).__name__}: {e}); autoresume cannot tell which run it "
+            "continues: restore the file, or set save_folder to a new folder"
+        ) from None
+    new_model = asdict(cfg.model_config)
+    unset = "(unset)"
+    changed = [
+        f"model.{k} {old_model.get(k, unset)} -> {new_model.get(k, unset)}"
+        for k in sorted(set(old_model) | set(new_model))
+        if old_model.get(k, unset) != new_model.get(k, unset)
+    ]
+    if old_fingerprint != tok.fingerprint:
+        changed.append(f"tokenizer fingerprint {str(old_fingerprint)[:12]} -> {tok.fingerprint[:12]}")
+    if changed:
+        raise ConfigError(
+            f"autoresume=true but save_folder {cfg.save_folder} holds a run with another model or tokenizer "
+            f"({'; '.join(changed)}); resume with that run's settings, or set save_folder to a new folder "
+            "(save_overwrite=true instead of autoresume replaces the old run)"
+        )
+
+
+# what Composer's default checkpoint names produce: ep{epoch}-ba{batch}-rank{rank}.pt, latest-rank{rank}.pt,
+# and for sharded (DCP) checkpoints an ep{epoch}-ba{batch} folder holding .metadata
+_CHECKPOINT_FILE = re.compile(r"(ep\d+-ba\d+|latest)-rank\d+\.pt")
+_SHARDED_CHECKPOINT = re.compile(r"ep\d+-ba\d+")
+
+
+def clear_previous_run(folder: str) -> list[str]:
+    """With save_overwrite: remove the old run's checkpoints and run files, and nothing else -> names removed.
+
+    Composer's save_overwrite only replaces a checkpoint of the same name: old ones the new run does
+    not reach would stay beside the new ones, and eval would read them with the new hbpe_run.json.
+    """
+    import shutil
+
+    from hbpe.training.run_files import RUN_FILE
+
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    removed = []
+    for p in sorted(root.iterdir()):
+        name = p.name
+        if _CHECKPOINT_FILE.fullmatch(name) and (p.is_symlink() or p.is_file()):
+            p.unlink()
+        elif _SHARDED_CHECKPOINT.fullmatch(name) and p.is_dir() and not p.is_symlink() and (p / ".metadata").exists():
+            shutil.rmtree(p)
+        elif name == RUN_FILE and p.is_file():
+            p.unlink()
+        elif name == "tokenizer" and p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            continue
+        removed.append(name)
+    if removed:
+        log.warning("save_overwrite=true: removed the previous run's %s from %s", ", ".join(removed), folder)
+    return removed
+
+
+def check_samples(cfg: TrainConfig, samples: int, *, world: int) -> None:
+    """Enough samples for one global batch: with drop_last a smaller set gives 0 batches per epoch,
+    and Composer then loops over empty epochs without end."""
+    if samples < cfg.global_batch_size:
+        raise ConfigError(
+            f"{cfg.data.train} has {samples} samples, fewer than global_batch_size={cfg.global_batch_size} "
+            f"(per device: {cfg.global_batch_size // world} on {world} processes), so no batch could be formed; "
+            "lower global_batch_size or convert more text"
+        )
+
+
+def check_not_finished(cfg: TrainConfig, trainer: Any) -> None:
+    """A resumed (autoresume or load_path) run already at max_duration: Composer's fit() refuses it with a
+    ValueError; say it here, as a config matter, before the run files are touched."""
+    state = trainer.state
+    done = state.timestamp.get(state.max_duration.unit)
+    if state.max_duration <= done:
+        source = f"load_path {cfg.load_path}" if cfg.load_path else f"the run in save_folder {cfg.save_folder}"
+        raise ConfigError(
+            f"{source} is already trained to {done} (max_duration={cfg.max_duration}); raise max_duration above "
+            f"{done} to continue it, or set save_folder to a new folder for a new run"
         )
 
 
@@ -262,21 +398,14 @@ def build_run(
     device, world = _start(cfg, save_enabled=save_enabled)
     device_batch = cfg.global_batch_size // world
     tok, derived = resolve_tokenizer(cfg)
+    if save_enabled:
+        check_resume_matches(cfg, tok)
     train_manifest = read_manifest(cfg.data.train)  # read once: seq_len here, shard checks in the loader
+    check_samples(cfg, train_manifest.counts.samples, world=world)
     seq_len = train_manifest.seq_len
     train_dl, eval_dl = _dataloaders(cfg, tok, train_manifest, device_batch=device_batch, eval_enabled=eval_enabled)
     model, cmodel = _model(cfg, tok)
-    # before the run files: a bad optim block fails with nothing written
     optimizer, scheduler = build_optimizer(cmodel, cfg.optim), build_scheduler(cfg.optim)
-    if save_enabled and dist.get_global_rank() == 0:
-        write_run_files(
-            cfg.save_folder,
-            model_cfg=cfg.model_config,
-            tok=tok,
-            seq_len=seq_len,
-            train_config=cfg.to_dict(),
-            derived_tokenizer=derived,
-        )
     meter = ThroughputMeter()
     guard_checkpoint_loading(cfg, check_autoresume=save_enabled and "://" not in cfg.save_folder)
     trainer = Trainer(
@@ -296,6 +425,26 @@ def build_run(
             save_enabled=save_enabled,
         ),
     )
+    # the run files and the clearing of an old run come last: any refusal above leaves the folder as it was,
+    # so fixing the mistake and running again is not refused as "already holds a run"
+    try:
+        check_not_finished(cfg, trainer)
+    except ConfigError:
+        trainer.close()
+        raise
+    if save_enabled and dist.get_global_rank() == 0:
+        if cfg.save_overwrite and "://" not in cfg.save_folder:
+            clear_previous_run(cfg.save_folder)
+        write_run_files(
+            cfg.save_folder,
+            model_cfg=cfg.model_config,
+            tok=tok,
+            seq_len=seq_len,
+            train_config=cfg.to_dict(),
+            derived_tokenizer=derived,
+        )
+    if save_enabled:
+        dist.barrier()  # no rank saves a checkpoint before rank 0 has cleared the old run
     counts = parameter_counts(model)
     info = {
         "device": device,

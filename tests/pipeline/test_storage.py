@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from hbpe.pipeline import storage
+from hbpe.pipeline.shards import reader
 from hbpe.pipeline.shards.reader import ShardDir, read_manifest
 from hbpe.pipeline.tokenizer import artifact
 from hbpe.schemas.errors import ArtifactError
@@ -146,7 +147,7 @@ def test_one_manifest_reader_for_local_and_remote_shards(s3, sample_shards, gpt2
     manifest = read_manifest(uri)
     assert manifest == read_manifest(local) == ShardDir(local).manifest == data.read_manifest(uri)
     assert data.read_index(uri)[0] == (local / "index.json").read_bytes()
-    assert data.load_shard_tokenizer(uri).fingerprint == gpt2_tokenizer.fingerprint
+    assert reader.load_shard_tokenizer(uri).fingerprint == gpt2_tokenizer.fingerprint
     # the COMPLETED check holds for a bucket too: streaming would otherwise train on a failed conversion
     (s3 / "eval" / "COMPLETED").unlink()
     with pytest.raises(ArtifactError, match=f"^{uri} has no COMPLETED marker: the conversion did not finish"):
@@ -221,6 +222,7 @@ for m in pkgutil.iter_modules(hbpe.schemas.__path__):
 heavy = sorted(n for n in ("torch", "apache_beam", "streaming") if n in sys.modules)
 assert not heavy, f"hbpe.schemas imports {heavy}"
 
+from hbpe.pipeline.shards import reader
 from hbpe.pipeline.shards.reader import ShardDir, read_manifest
 from hbpe.pipeline.tokenizer import artifact
 heavy = sorted(n for n in ("torch", "apache_beam", "streaming") if n in sys.modules)
@@ -228,7 +230,7 @@ assert not heavy, f"the tokenizer and the shard reader import {heavy}"
 
 from hbpe.schemas.errors import ArtifactError
 from hbpe.training import data
-for read in (artifact.load, read_manifest, data.read_manifest, data.load_shard_tokenizer):
+for read in (artifact.load, read_manifest, data.read_manifest, reader.load_shard_tokenizer):
     try:  # the remote code paths too: they once went through Beam's filesystems
         read("s3://bucket/x")
     except ArtifactError:

@@ -15,10 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from hbpe.cli import main
+from hbpe.pipeline.shards.reader import load_shard_tokenizer
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ArtifactError
 from hbpe.training.config_io import load_config
-from hbpe.training.data import Collator, PatchSource, build_dataloader, check_shards, load_shard_tokenizer
+from hbpe.training.data import Collator, PatchSource, build_dataloader, check_shards
 from tests.conftest import IN_MEMORY_BEAM
 from tests.pipeline.test_shard_integrity import DAMAGE, SHARD, damage
 
@@ -238,3 +239,14 @@ def test_eval_over_zero_bytes_is_an_error(checkpoint, gpt2_tokenizer_dir, tmp_pa
     assert (m["counts"]["samples"], m["counts"]["bytes"]) == (6, 13)  # text exists, yet no sample predicts any
     with pytest.raises(ArtifactError, match="evaluated samples cover 0 bytes of text.*bits per byte is undefined"):
         evaluate(str(checkpoint), str(out))
+
+
+def test_training_refuses_a_shard_tokenizer_copy_that_does_not_match_the_manifest(sample_shards, tmp_path):
+    from hbpe.pipeline.tokenizer import artifact
+
+    d = tmp_path / "train"
+    shutil.copytree(sample_shards[0], d)
+    other = artifact.with_patch_size(load_shard_tokenizer(str(sample_shards[0])), max_patch_size=6, mode="full")
+    artifact.save(other, d / "tokenizer", overwrite=True)
+    with pytest.raises(ArtifactError, match="tokenizer does not match the manifest"):
+        load_shard_tokenizer(str(d))
