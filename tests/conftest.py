@@ -74,3 +74,33 @@ def sample_shards(tmp_path_factory, gpt2_tokenizer_dir):
         run_convert(cfg, IN_MEMORY_BEAM, progress=False)
         outs.append(root / name)
     return tuple(outs)
+
+
+TINY_RUN_BATCHES = 20
+
+
+@pytest.fixture(scope="session")
+def tiny_run(sample_shards, tmp_path_factory) -> Path:
+    """One real `hbpe train` save folder shared by every test that needs a trained model.
+
+    The tiny config for 20 batches on `sample_shards` (enough to emit multi-byte patches, not
+    enough to end documents): hbpe_run.json, tokenizer/, ep0-ba20-rank0.pt and the
+    latest-rank0.pt symlink. Tests that change files take a `copy_run` of it.
+    """
+    from hbpe.training.config_io import load_config
+    from hbpe.training.trainer import train
+
+    train_dir, eval_dir = sample_shards
+    folder = tmp_path_factory.mktemp("tiny-run") / "run"
+    n = TINY_RUN_BATCHES
+    overrides = [f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={folder}", "console=false"]
+    train(load_config("tiny", [*overrides, f"max_duration={n}ba", f"eval_interval={n}ba", f"save_interval={n}ba"]))
+    return folder
+
+
+def copy_run(run: Path, dest: Path) -> Path:
+    """A private copy of a run folder (symlinks kept, so latest-rank0.pt still points at its checkpoint)."""
+    import shutil
+
+    shutil.copytree(run, dest, symlinks=True, ignore=shutil.ignore_patterns("stream-cache"))
+    return dest

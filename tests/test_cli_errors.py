@@ -16,22 +16,18 @@ import pytest
 from click.testing import CliRunner
 
 from hbpe.cli import main
-from tests.conftest import IN_MEMORY_BEAM, SAMPLE_EN
+from tests.conftest import IN_MEMORY_BEAM, SAMPLE_EN, copy_run
 
 BEAM = " ".join(IN_MEMORY_BEAM)
 
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory, gpt2_tokenizer_dir, sample_shards):
+def ws(tmp_path_factory, gpt2_tokenizer_dir, sample_shards, tiny_run):
     """Paths the cases refer to: good artifacts, and garbage of every kind."""
-    from hbpe.training.trainer import train
-    from tests.training.test_train import _cfg
-
     root = tmp_path_factory.mktemp("garbage")
     noise = random.Random(0).randbytes
     train_dir, _ = sample_shards
-    run = root / "run"
-    train(_cfg(sample_shards, run, "max_duration=2ba", "eval_interval=2ba", "save_interval=2ba", "console=false"))
+    run = copy_run(tiny_run, root / "run")
 
     (root / "empty").mkdir()
     (root / "file.txt").write_text("just some text\n")

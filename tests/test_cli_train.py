@@ -112,15 +112,9 @@ def test_train_tiny_outside_the_repo_names_the_missing_path(tmp_path, monkeypatc
 
 
 @pytest.fixture(scope="module")
-def trained_run(sample_shards, tmp_path_factory):
-    """The tiny model after 20 batches: enough to emit multi-byte patches, not enough to end documents."""
-    from hbpe.training.trainer import train
-    from tests.training.test_train import _cfg
-
-    folder = tmp_path_factory.mktemp("gen") / "run"
-    extra = ("max_duration=20ba", "eval_interval=20ba", "save_interval=20ba", "console=false")
-    train(_cfg(sample_shards, folder, *extra))
-    return folder
+def trained_run(tiny_run):
+    """The shared tiny run: 20 batches, enough to emit multi-byte patches, not enough to end documents."""
+    return tiny_run
 
 
 PROMPT = "Fellow-Citizens of the Senate"

@@ -9,9 +9,12 @@ The run's tokenizer is checked against the shards' manifest:
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,6 +239,25 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+@contextlib.contextmanager
+def _one_dataset_setup_at_a_time() -> Iterator[None]:
+    """Serialize StreamingDataset construction across the processes of this machine.
+
+    streaming picks its shared-memory prefix by probing /dev/shm for a free name and then
+    creating it; two processes that probe at once pick the same one and the second fails with
+    `FileExistsError: '/000002_locals'` (mosaicml/streaming#884, #901). Two runs (or test
+    workers) on one machine start at the same moment often enough to hit it.
+    """
+    import fcntl
+
+    with open(os.path.join(tempfile.gettempdir(), "hbpe-streaming-setup.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def build_dataloader(
     shards: str,
     tok: HierarchicalTokenizer,
@@ -271,17 +293,18 @@ def build_dataloader(
         check.bytes / 1e6,
         check.seconds * 1e3,
     )
-    ds = _checked_dataset_class()(
-        remote=shards,
-        local=local,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        shuffle_seed=shuffle_seed,
-        num_canonical_nodes=1,  # deterministic sample order whatever the number of devices
-        # hashes each shard again as it enters the cache: the only check remote shards get, and it
-        # covers a local file changed after check_shards
-        validate_hash=check.validate_hash,
-    )
+    with _one_dataset_setup_at_a_time():
+        ds = _checked_dataset_class()(
+            remote=shards,
+            local=local,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            shuffle_seed=shuffle_seed,
+            num_canonical_nodes=1,  # deterministic sample order whatever the number of devices
+            # hashes each shard again as it enters the cache: the only check remote shards get, and it
+            # covers a local file changed after check_shards
+            validate_hash=check.validate_hash,
+        )
     return torch.utils.data.DataLoader(
         ds,
         batch_size=batch_size,

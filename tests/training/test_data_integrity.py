@@ -189,28 +189,12 @@ def test_collator_keeps_the_markers(gpt2_tokenizer):
 
 
 @pytest.fixture(scope="module")
-def checkpoint(sample_shards, tmp_path_factory):
-    """The tiny model after 2 training batches (a real Composer checkpoint)."""
-    from hbpe.training.trainer import train
-
-    folder = tmp_path_factory.mktemp("integrity") / "run"
-    train_dir, _ = sample_shards
-    cfg = load_config(
-        "tiny",
-        [
-            f"data.train={train_dir}",
-            "data.eval=null",
-            f"save_folder={folder}",
-            "max_duration=2ba",
-            "save_interval=2ba",
-            "console=false",
-        ],
-    )
+def checkpoint(tiny_run, sample_shards):
+    """The shared tiny run (a real Composer checkpoint); these tests only read it."""
     from hbpe.training.evaluate import evaluate
 
-    train(cfg)
-    assert evaluate(str(folder), str(sample_shards[1]), max_batches=2)["bpb"] > 0  # the undamaged shards evaluate
-    return folder
+    assert evaluate(str(tiny_run), str(sample_shards[1]), max_batches=2)["bpb"] > 0  # the undamaged shards evaluate
+    return tiny_run
 
 
 @pytest.mark.parametrize("kind", sorted(DAMAGE))
@@ -250,3 +234,32 @@ def test_training_refuses_a_shard_tokenizer_copy_that_does_not_match_the_manifes
     artifact.save(other, d / "tokenizer", overwrite=True)
     with pytest.raises(ArtifactError, match="tokenizer does not match the manifest"):
         load_shard_tokenizer(str(d))
+
+
+_BUILD_LOADER = """
+import sys
+from hbpe.pipeline.shards.reader import load_shard_tokenizer
+from hbpe.training.data import build_dataloader
+shards, cache = sys.argv[1], sys.argv[2]
+dl = build_dataloader(shards, load_shard_tokenizer(shards), batch_size=2, cache_dir=cache, shuffle=False, shuffle_seed=0)
+print(len(next(iter(dl))["tokens"]))
+"""
+
+
+def test_loaders_built_at_once_by_several_processes_do_not_collide(sample_shards, tmp_path):
+    """streaming's shared-memory prefix race (mosaicml/streaming#884): processes that start together."""
+    import subprocess
+    import sys
+
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _BUILD_LOADER, str(sample_shards[0]), str(tmp_path / f"cache{i}")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(4)
+    ]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err[-500:] for _, err in results]
+    assert [out.split()[-1] for out, _ in results] == ["2"] * 4
