@@ -247,9 +247,15 @@ def _one_dataset_setup_at_a_time() -> Iterator[None]:
     creating it; two processes that probe at once pick the same one and the second fails with
     `FileExistsError: '/000002_locals'` (mosaicml/streaming#884, #901). Two runs (or test
     workers) on one machine start at the same moment often enough to hit it.
+
+    Only a job's local leader takes the lock: it alone picks the prefix, and the other ranks of
+    its job meet it at streaming's barriers inside the constructor, so they must not wait for it.
     """
     import fcntl
 
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        yield
+        return
     with open(os.path.join(tempfile.gettempdir(), "hbpe-streaming-setup.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

@@ -72,7 +72,9 @@ def test_real_checkpoint_passes_and_loads(run_dir):
     ensure_safe_checkpoint(str(next(run_dir.glob("ep0-ba*-rank0.pt"))))
     assert composer_checkpoint_validator(str(run_dir / "latest-rank0.pt")) is True
     obj = safe_torch_load(run_dir / "latest-rank0.pt")
-    assert obj["state"]["timestamp"]["Timestamp"]["batch"] == TINY_RUN_BATCHES and isinstance(obj["rng"][0]["numpy"][1], np.ndarray)
+    assert obj["state"]["timestamp"]["Timestamp"]["batch"] == TINY_RUN_BATCHES and isinstance(
+        obj["rng"][0]["numpy"][1], np.ndarray
+    )
     model, tok, meta = load_model(str(run_dir))
     assert not model.training and tok.max_patch_size == meta["max_patch_size"] == 10
 
