@@ -76,6 +76,21 @@ def sample_shards(tmp_path_factory, gpt2_tokenizer_dir):
     return tuple(outs)
 
 
+@pytest.fixture
+def train_copy(sample_shards, tmp_path) -> Path:
+    """A private copy of the train shards, for tests that damage or edit them (never the session fixture)."""
+    import shutil
+
+    return Path(shutil.copytree(sample_shards[0], tmp_path / "train"))
+
+
+@pytest.fixture
+def eval_copy(sample_shards, tmp_path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(sample_shards[1], tmp_path / "eval"))
+
+
 TINY_RUN_BATCHES = 20
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -36,20 +35,6 @@ def damage(d, kind: str, name: str = SHARD) -> None:
         p.unlink()
     else:
         raise ValueError(kind)
-
-
-@pytest.fixture
-def train_copy(sample_shards, tmp_path):
-    dest = tmp_path / "train"
-    shutil.copytree(sample_shards[0], dest)  # never modify the session fixture
-    return dest
-
-
-@pytest.fixture
-def eval_copy(sample_shards, tmp_path):
-    dest = tmp_path / "eval"
-    shutil.copytree(sample_shards[1], dest)
-    return dest
 
 
 def edit_json(path, fn) -> None:

@@ -24,20 +24,6 @@ from tests.conftest import IN_MEMORY_BEAM
 from tests.pipeline.test_shard_integrity import DAMAGE, SHARD, damage
 
 
-@pytest.fixture
-def train_copy(sample_shards, tmp_path):
-    dest = tmp_path / "train"
-    shutil.copytree(sample_shards[0], dest)
-    return dest
-
-
-@pytest.fixture
-def eval_copy(sample_shards, tmp_path):
-    dest = tmp_path / "eval"
-    shutil.copytree(sample_shards[1], dest)
-    return dest
-
-
 def loader(shards, cache, **kw):
     tok = load_shard_tokenizer(str(shards))
     return build_dataloader(str(shards), tok, batch_size=8, cache_dir=str(cache), shuffle=False, shuffle_seed=0, **kw)
