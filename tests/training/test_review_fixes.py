@@ -74,7 +74,7 @@ def test_shards_are_never_a_save_folder(sample_shards, tmp_path):
     other = tmp_path / "copied"
     other.mkdir()
     (other / "manifest.json").write_text("{}")
-    cfg = load_config("tiny", [f"data.train={sample_shards[0]}", f"save_folder={other}"])
+    cfg = load_config("tiny", [f"data.train={sample_shards[0]}", "data.eval=null", f"save_folder={other}"])
     with pytest.raises(ConfigError, match=r"holds a shard directory's files \(manifest\.json\)"):
         build_run(cfg)
     after = {p.relative_to(shards): p.read_bytes() for p in shards.rglob("*") if p.is_file()}
@@ -149,7 +149,7 @@ def test_warmup_units_that_composer_takes_are_kept(sample_shards):
         ["max_duration=12sp", "optim.warmup=0.1dur"],
         ["max_duration=12sp", "optim.warmup=2sp"],
     ):
-        load_config("tiny", [f"data.train={train_dir}", *extra])
+        load_config("tiny", [f"data.train={train_dir}", "data.eval=null", *extra])
     cfg = load_config("tiny", [f"data.train=file://{train_dir}", f"data.eval=file://{sample_shards[1]}"])
     assert cfg.data.train == str(train_dir) and cfg.data.eval == str(sample_shards[1])  # file:// is a local path
 
