@@ -106,7 +106,7 @@ def save(tok: HierarchicalTokenizer, out_dir: str | os.PathLike, *, overwrite: b
     finally:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)  # holds only the checked tokenizer files
-    return out
+    return Path(out_dir)  # as the caller spelled it (the demo prints it beside its other relative paths)
 
 
 def _artifact_names(path: Path) -> set[str]:
