@@ -22,6 +22,10 @@ from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hi
 
 from hbpe.schemas.errors import ConfigError
 
+# model.io: the paper's model and its baselines, all trained from the same shards (training/schemes.py)
+IO_SCHEMES = ("hierarchical", "bpe", "bytes", "space", "entropy")
+EMBEDDING_IOS = ("bpe", "bytes")  # one embedding row per latent position, the head on the latent model
+
 # Composer's time units (composer.core.time.TimeUnit) less `sec` and `1h30m` wall-clock strings,
 # which its schedulers and checkpoint intervals do not all take
 TIME_UNITS = ("ba", "ep", "sp", "tok", "iter", "dur")
@@ -48,6 +52,9 @@ _EXAMPLES = {
     "data.mode": "data.mode=minimal",
     "data.cache_dir": "data.cache_dir=/tmp/hbpe-stream-cache",
     "model": "model.latent_layers=4",
+    "model.entropy_model": "model.entropy_model=runs/bytes/latest-rank0.pt",
+    "model.entropy_threshold": "model.entropy_threshold=1.5",
+    "model.entropy_target_bytes": "model.entropy_target_bytes=4.5",
     "fsdp": "'fsdp={version: 2}'",
     "load_path": "load_path=runs/train/latest-rank0.pt",
     "device_microbatch_size": "device_microbatch_size=4",
@@ -278,11 +285,18 @@ class ModelConfig(_Section):
     decoder_layers: int = 1
     pooling: str = "mean"  # how a patch's symbol states become e_t: "mean" over real symbols, or "eop"
     conditioning: str = "prefix"  # how h_t enters the decoder: "prefix" position, or "add" to every input
-    io: str = "hierarchical"  # input/output side: "hierarchical" (BPE-patch) or "bpe" (embedding baseline)
+    # input/output side (training/schemes.py): "hierarchical" (BPE-patch), or a baseline over the same
+    # shards: "bpe" (embedding matrix), "bytes" (byte level), "space" / "entropy" (byte patches)
+    io: str = "hierarchical"
     tie_embeddings: bool = True  # BPE baseline: one matrix for input embedding and output head, as in the paper
     dropout: float = 0.0
     rope_theta: float = 10000.0
     max_patches: int = 4096  # longest latent context (RoPE has no table to outgrow; used for checks)
+    patch_max_bytes: int = 6  # space and bounded entropy patching: longer patches are split (BLT's 6)
+    entropy_model: str | None = None  # io=entropy: checkpoint of a model.io=bytes model giving next-byte entropies
+    entropy_threshold: float | None = None  # io=entropy: a patch starts where the entropy (nats) exceeds it ...
+    entropy_target_bytes: float | None = None  # ... or the threshold reaching this mean patch length (hbpe train)
+    entropy_bounded: bool = True  # io=entropy: split patches at patch_max_bytes (false: the unbounded variant)
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -299,7 +313,24 @@ class ModelConfig(_Section):
                 )
         _check_choice("model.pooling", self.pooling, ("mean", "eop"))
         _check_choice("model.conditioning", self.conditioning, ("prefix", "add"))
-        _check_choice("model.io", self.io, ("hierarchical", "bpe"))
+        _check_choice("model.io", self.io, IO_SCHEMES)
+        m = self.patch_max_bytes
+        _check_range("model.patch_max_bytes", m >= 1, m, "must be at least 1", "model.patch_max_bytes=6")
+        if self.io == "entropy":
+            if not self.entropy_model:
+                raise ConfigError(
+                    "model.io=entropy needs model.entropy_model: the checkpoint of a byte-level model trained with "
+                    "model.io=bytes on the same shards; e.g. model.entropy_model=runs/bytes/latest-rank0.pt"
+                )
+            if self.entropy_threshold is None and self.entropy_target_bytes is None:
+                raise ConfigError(
+                    "model.io=entropy needs model.entropy_threshold (nats) or model.entropy_target_bytes (a mean "
+                    "patch length to choose the threshold for); e.g. model.entropy_target_bytes=4.5"
+                )
+        t = self.entropy_target_bytes
+        _check_range(
+            "model.entropy_target_bytes", t is None or t >= 1, t, "must be >= 1", "model.entropy_target_bytes=4.5"
+        )
         _check_range("model.dropout", 0 <= self.dropout < 1, self.dropout, "must be in [0, 1)", "model.dropout=0.1")
         _check_range("model.rope_theta", self.rope_theta > 0, self.rope_theta, "must be > 0", "model.rope_theta=10000")
         _check_range(

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from composer.models import ComposerModel
 
+from hbpe.schemas.train_config import EMBEDDING_IOS
 from hbpe.training.flops import train_flops_per_sample
 from hbpe.training.metrics import BitsPerByte, LossPerSymbol
 from hbpe.training.model import PatchLM
@@ -42,7 +43,10 @@ class HierarchicalComposerModel(ComposerModel):
             metric.update(outputs["nll_sum"], outputs["count"])
 
     def flops_per_batch(self, batch: dict[str, torch.Tensor]) -> float:
-        B, N = batch["tokens"].shape
+        # from the batch's shape: the byte schemes' latent length and patch width vary by batch
+        x = batch["tokens"] if self.model.cfg.io in EMBEDDING_IOS else batch["patches"]
+        B, N = x.shape[:2]
+        S = x.shape[2] if x.dim() == 3 else 1
         return B * train_flops_per_sample(
-            self.model.cfg, seq_len=N, max_patch_size=self.max_patch_size, vocab_size=self.model.io.vocab_size
+            self.model.cfg, seq_len=N, max_patch_size=S, vocab_size=self.model.io.vocab_size
         )

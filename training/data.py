@@ -35,6 +35,7 @@ from hbpe.schemas import shard_columns
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.manifest import Manifest
 from hbpe.schemas.symbols import TOKEN_PAD
+from hbpe.training.schemes import Scheme, TokenScheme
 
 log = logging.getLogger(__name__)
 
@@ -145,17 +146,26 @@ def check_compatible(manifest: Manifest, tok: HierarchicalTokenizer, *, where: s
 
 
 class Collator:
-    """Samples -> {patches (B,N,S) long, tokens (B,N) long, target_bytes (B,) long}.
+    """Samples -> the model's batch for its scheme (training/schemes.py), as long tensors.
 
-    target_bytes counts the UTF-8 bytes of the patches the model predicts (positions
-    1..N-1: the first patch is context only), so BPB = bits / target_bytes exactly.
+    Every batch has `target_bytes` (B,): the UTF-8 bytes of the text the model predicts
+    (tokens 2..N: the first token is context only), so BPB = bits / target_bytes exactly, the
+    same denominator for every scheme.
     Ids outside the vocabularies are refused here, where training and eval both pass:
     `np.take` would wrap a negative id onto another row and map n_vocab and n_vocab + 1
     onto the PAD and EOD rows, and an embedding would index out of range.
     """
 
-    def __init__(self, tok: HierarchicalTokenizer, source: PatchSource, *, where: str = "the shards") -> None:
+    def __init__(
+        self,
+        tok: HierarchicalTokenizer,
+        source: PatchSource,
+        *,
+        where: str = "the shards",
+        scheme: Scheme | None = None,
+    ) -> None:
         self.tok, self.source, self.where = tok, source, where
+        self.scheme = scheme or TokenScheme(tok, source.derive)
         self.n_vocab = tok.encoding.max_token_value + 1
 
     def __call__(self, samples: list[dict]) -> dict[str, torch.Tensor]:
@@ -167,21 +177,17 @@ class Collator:
                 f"(EOD -1, PAD -2, then the {self.n_vocab} ids of {self.tok.spec.first_stage.name}): the shards are "
                 f"damaged or not from this first stage; run `hbpe shards verify {self.where}` and reconvert"
             )
-        if self.source.derive:
-            patches = self.tok.patches(tokens)  # (B, N, S)
-        else:
-            patches = np.stack([np.asarray(s["patches"]) for s in samples])  # (B, N, S)
-            if int(patches.max()) >= self.tok.vocab_size:
+        stored = None
+        if isinstance(self.scheme, TokenScheme) and not self.source.derive:
+            stored = np.stack([np.asarray(s["patches"]) for s in samples])  # (B, N, S)
+            if int(stored.max()) >= self.tok.vocab_size:
                 raise ArtifactError(
-                    f"{self.where}: column `patches` holds symbol {int(patches.max())}, outside the tokenizer's "
+                    f"{self.where}: column `patches` holds symbol {int(stored.max())}, outside the tokenizer's "
                     f"V'={self.tok.vocab_size} symbols: the shards are damaged or were written with another second "
                     f"stage; run `hbpe shards verify {self.where}` and reconvert"
                 )
-        target_bytes = np.take(self.tok.token_nbytes, tokens[:, 1:], axis=0).sum(axis=1)  # (B,)
         return {
-            "patches": torch.from_numpy(patches.astype(np.int64)),
-            "tokens": torch.from_numpy(tokens.astype(np.int64)),
-            "target_bytes": torch.from_numpy(target_bytes.astype(np.int64)),
+            k: torch.from_numpy(np.asarray(v).astype(np.int64)) for k, v in self.scheme.batch(tokens, stored).items()
         }
 
 
@@ -276,6 +282,7 @@ def build_dataloader(
     drop_last: bool = True,
     verify: str = "hash",
     manifest: Manifest | None = None,
+    scheme: Scheme | None = None,
 ) -> torch.utils.data.DataLoader:
     """A StreamingDataset over the shards (local dir or URI) with its resumable state.
 
@@ -284,6 +291,7 @@ def build_dataloader(
     Before streaming opens anything, `check_shards` refuses damaged shards and a stale
     cache: `verify="hash"` (size and xxh64 of every file, ~1 ms per 10 MB from the page
     cache) or `"size"` (sizes only, for directories too large to read at every start).
+    `scheme` builds the model's batches (training/schemes.py; default: the tokenizer's patches).
     """
     if verify not in ("hash", "size"):
         raise ConfigError(f"verify must be 'hash' or 'size', got {verify!r}")
@@ -314,7 +322,7 @@ def build_dataloader(
     return torch.utils.data.DataLoader(
         ds,
         batch_size=batch_size,
-        collate_fn=Collator(tok, source, where=shards),
+        collate_fn=Collator(tok, source, where=shards, scheme=scheme),
         num_workers=num_workers,
         drop_last=drop_last,
     )

@@ -20,7 +20,7 @@ the MLP (2*n*mats*d*ffn); embeddings cost 0, logits 2*n*d*V.
 
 from __future__ import annotations
 
-from hbpe.schemas.train_config import ModelConfig
+from hbpe.schemas.train_config import EMBEDDING_IOS, ModelConfig
 
 CHINCHILLA_MLP_MATS = 2  # the paper's transformer (Chinchilla appendix F)
 SWIGLU_MLP_MATS = 3  # gate, up and down: what training/layers.py computes
@@ -48,13 +48,13 @@ def forward_flops_by_part(
     `vocab_size` is the output vocabulary: V' for the hierarchical model, the first stage's
     for the BPE baseline (whose latent transformer then carries the logits).
     """
-    latent_vocab = vocab_size if cfg.io == "bpe" else 0
+    latent_vocab = vocab_size if cfg.io in EMBEDDING_IOS else 0
     latent = transformer_flops(
         patches, cfg.latent_dim, cfg.latent_layers, latent_vocab, ffn=cfg.latent_ffn, heads=cfg.latent_heads,
         mlp_mats=mlp_mats,
     )  # fmt: skip
     enc = dec = 0.0
-    if cfg.io != "bpe":
+    if cfg.io not in EMBEDDING_IOS:
         local = dict(ffn=cfg.local_ffn, heads=cfg.local_heads, mlp_mats=mlp_mats)
         enc = patches * transformer_flops(patch_len, cfg.local_dim, cfg.encoder_layers, 0, **local)
         dec = patches * transformer_flops(patch_len, cfg.local_dim, cfg.decoder_layers, vocab_size, **local)
@@ -92,6 +92,6 @@ def train_flops_per_sample(cfg: ModelConfig, *, seq_len: int, max_patch_size: in
     fwd = forward_flops_by_part(
         cfg, patches=T, patch_len=max_patch_size, vocab_size=vocab_size, mlp_mats=SWIGLU_MLP_MATS
     )["total"]
-    if cfg.io != "bpe":
+    if cfg.io not in EMBEDDING_IOS:
         fwd += 2 * 2 * T * cfg.local_dim * cfg.latent_dim  # to_latent and from_latent, once per patch
     return 3.0 * fwd

@@ -16,7 +16,9 @@ import torch
 from torch import nn
 
 from hbpe.schemas.errors import ArtifactError, ConfigError
+from hbpe.schemas.symbols import NUM_BYTES
 from hbpe.schemas.train_config import ModelConfig
+from hbpe.training.byte_patching import BYTE_VOCAB
 from hbpe.training.layers import KVCache, Transformer
 from hbpe.training.patch_io import BPEEmbeddingIO, HierarchicalPatchIO, PatchIO
 
@@ -90,8 +92,8 @@ class PatchLM(nn.Module):
 def parameter_counts(model: PatchLM) -> dict[str, int]:
     """{latent, io, total} as the paper counts them: a tied matrix once.
 
-    `io` is the local encoder and decoder for the hierarchical model (with their symbol
-    embedding and head), the embedding matrix (and untied head) for the BPE baseline.
+    `io` is the local encoder and decoder for the hierarchical, space and entropy models (with
+    their symbol embedding and head), the embedding matrix (and untied head) for BPE and bytes.
     """
 
     def count(m: nn.Module) -> int:
@@ -109,6 +111,10 @@ def build_model(cfg: ModelConfig, spec: VocabSpec) -> PatchLM:
     """The model `cfg.io` names, shaped by the tokenizer's `spec` (VocabSpec.from_tokenizer / from_run_meta)."""
     if cfg.io == "hierarchical":
         io: PatchIO = HierarchicalPatchIO(cfg, vocab_size=spec.vocab_size, max_patch_size=spec.max_patch_size)
-    else:
+    elif cfg.io == "bpe":
         io = BPEEmbeddingIO(cfg, n_vocab=spec.n_vocab)
+    elif cfg.io == "bytes":
+        io = BPEEmbeddingIO(cfg, n_vocab=NUM_BYTES)
+    else:  # space, entropy: the paper's local models over bytes + EOP/PAD/EOD, no merges
+        io = HierarchicalPatchIO(cfg, vocab_size=BYTE_VOCAB, max_patch_size=cfg.patch_max_bytes + 1)
     return PatchLM(cfg, io)

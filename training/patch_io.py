@@ -64,7 +64,8 @@ class HierarchicalPatchIO(PatchIO):
         B, T, S = targets.shape
         tgt = targets.reshape(B * T, S)  # (BT, S)
         logits = self.decoder(h.reshape(B * T, -1), tgt)  # (BT, S, V)
-        return logits.reshape(-1, self.vocab_size), tgt.masked_fill(tgt == PAD, IGNORE).reshape(-1)  # (BTS, V), (BTS,)
+        ignore = (tgt == PAD) | context_targets(batch, B, T).reshape(B * T, 1)
+        return logits.reshape(-1, self.vocab_size), tgt.masked_fill(ignore, IGNORE).reshape(-1)  # (BTS, V), (BTS,)
 
     def symbol_logits(self, h: torch.Tensor, prefix: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         """m_psi for generation: logits (M, V) of the next symbol after h (M, D) and prefix (M, k)."""
@@ -72,7 +73,8 @@ class HierarchicalPatchIO(PatchIO):
 
 
 class BPEEmbeddingIO(PatchIO):
-    """The BPE baseline: an embedding matrix and an output head over the first-stage vocabulary.
+    """The BPE baseline: an embedding matrix and an output head over the first-stage vocabulary;
+    with n_vocab=256 over bytes, the byte-level baseline (training/schemes.py builds its `tokens`).
 
     Reads the `tokens` column; EOD (-1) and PAD (-2) map to two extra ids. With
     `tie_embeddings` (the default, as in the paper, whose 123M / 359M BPE models are the
@@ -96,8 +98,21 @@ class BPEEmbeddingIO(PatchIO):
 
     def decode(self, h: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         tgt = self._ids(batch["tokens"][:, 1:])
-        tgt = tgt.masked_fill(batch["tokens"][:, 1:] == TOKEN_PAD, IGNORE)
+        ignore = (batch["tokens"][:, 1:] == TOKEN_PAD) | context_targets(batch, *tgt.shape)
+        tgt = tgt.masked_fill(ignore, IGNORE)
         return self.head(h).reshape(-1, self.vocab_size), tgt.reshape(-1)
+
+
+def context_targets(batch: dict[str, torch.Tensor], B: int, T: int) -> torch.Tensor:
+    """(B, T) bool: predictions of positions 1..T that are context, not scored.
+
+    Position j (0-based) is context when j < batch["first_target"]: the byte schemes spread the
+    sample's first token (context in every scheme) over several positions (training/schemes.py).
+    """
+    first = batch.get("first_target")
+    if first is None:
+        return torch.zeros(B, T, dtype=torch.bool, device=next(iter(batch.values())).device)
+    return torch.arange(1, T + 1, device=first.device).unsqueeze(0) < first.unsqueeze(1)
 
 
 def cross_entropy_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

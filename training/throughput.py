@@ -21,7 +21,8 @@ class ThroughputMeter(Callback):
     def batch_end(self, state: State, logger: Logger) -> None:
         dt = time.perf_counter() - (self._t0 or time.perf_counter())
         b = state.batch
-        nbytes, npatches = int(b["target_bytes"].sum()), int(b["tokens"][:, 1:].numel())
+        # predicted text positions: tokens, bytes or byte patches by scheme (training/schemes.py)
+        nbytes, npatches = int(b["target_bytes"].sum()), int(b["text_positions"].sum())
         if self.batches > 0:  # the first batch pays warm-up costs
             self.seconds += dt
             self.bytes += nbytes

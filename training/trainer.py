@@ -282,11 +282,43 @@ def _local_root(cfg: TrainConfig) -> str:
     return os.path.join("runs", cfg.run_name) if "://" in cfg.save_folder else cfg.save_folder
 
 
+def resolve_entropy_threshold(cfg: TrainConfig, tok: HierarchicalTokenizer) -> tuple[TrainConfig, Any | None]:
+    """(cfg with model.entropy_threshold set, the loaded EntropyModel) for io=entropy; (cfg, None) otherwise.
+
+    A threshold asked for as a mean patch length is chosen on the training shards and written
+    into the config: hbpe_run.json records it for eval and generation, and autoresume, which
+    chooses it again from the same samples, finds the same value.
+    """
+    import dataclasses
+
+    model_cfg = cfg.model_config
+    if model_cfg.io != "entropy":
+        return cfg, None
+    from hbpe.training.entropy_model import EntropyModel, threshold_on_shards
+
+    entropy = EntropyModel.load(model_cfg.entropy_model)
+    if model_cfg.entropy_threshold is not None:
+        return cfg, entropy
+    threshold = threshold_on_shards(model_cfg, tok, cfg.data.train, entropy)
+    return dataclasses.replace(cfg, model={**cfg.model, "entropy_threshold": threshold}), entropy
+
+
 def _dataloaders(
-    cfg: TrainConfig, tok: HierarchicalTokenizer, train_manifest: Any, *, device_batch: int, eval_enabled: bool
+    cfg: TrainConfig,
+    tok: HierarchicalTokenizer,
+    train_manifest: Any,
+    *,
+    device_batch: int,
+    eval_enabled: bool,
+    entropy_model: Any | None = None,
 ) -> tuple[Any, Any | None]:
     """(train, eval or None) StreamingDataset loaders; each checks its shards against `tok` first."""
-    from hbpe.training.data import build_dataloader
+    from hbpe.training.data import build_dataloader, check_compatible, read_manifest
+    from hbpe.training.schemes import build_scheme
+
+    def scheme(shards: str, manifest: Any) -> Any:
+        derive = check_compatible(manifest, tok, where=shards).derive
+        return build_scheme(cfg.model_config, tok, derive=derive, entropy_model=entropy_model)
 
     # one cache per node: streaming's local rank 0 downloads, the other ranks wait for its files
     cache = cfg.data.cache_dir or os.path.join(_local_root(cfg), "stream-cache")
@@ -300,9 +332,11 @@ def _dataloaders(
         shuffle_seed=d.shuffle_seed,
         num_workers=d.num_workers,
         manifest=train_manifest,
+        scheme=scheme(d.train, train_manifest),
     )
     if not (eval_enabled and d.eval):
         return train_dl, None
+    eval_manifest = read_manifest(d.eval)
     eval_dl = build_dataloader(
         d.eval,
         tok,
@@ -311,6 +345,8 @@ def _dataloaders(
         shuffle=False,
         shuffle_seed=d.shuffle_seed,
         drop_last=False,
+        manifest=eval_manifest,
+        scheme=scheme(d.eval, eval_manifest),
     )
     return train_dl, eval_dl
 
@@ -398,12 +434,15 @@ def build_run(
     device, world = _start(cfg, save_enabled=save_enabled)
     device_batch = cfg.global_batch_size // world
     tok, derived = resolve_tokenizer(cfg)
+    cfg, entropy_model = resolve_entropy_threshold(cfg, tok)
     if save_enabled:
         check_resume_matches(cfg, tok)
     train_manifest = read_manifest(cfg.data.train)  # read once: seq_len here, shard checks in the loader
     check_samples(cfg, train_manifest.counts.samples, world=world)
     seq_len = train_manifest.seq_len
-    train_dl, eval_dl = _dataloaders(cfg, tok, train_manifest, device_batch=device_batch, eval_enabled=eval_enabled)
+    train_dl, eval_dl = _dataloaders(
+        cfg, tok, train_manifest, device_batch=device_batch, eval_enabled=eval_enabled, entropy_model=entropy_model
+    )
     model, cmodel = _model(cfg, tok)
     optimizer, scheduler = build_optimizer(cmodel, cfg.optim), build_scheduler(cfg.optim)
     meter = ThroughputMeter()

@@ -1,0 +1,181 @@
+"""The baselines over the same shards: segmentation rules, the shared BPB denominator, exact BPB
+of a uniform model through every scheme, and real training of each scheme."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hbpe.pipeline.shards.reader import ShardDir
+from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.symbols import EOD, EOP, PAD
+from hbpe.schemas.train_config import IO_SCHEMES, model_config
+from hbpe.training.byte_patching import (
+    VocabularyBytes,
+    patch_starts,
+    sample_units,
+    space_starts,
+    to_patches,
+)
+from hbpe.training.entropy_model import choose_threshold, mean_patch_bytes
+from hbpe.training.model import VocabSpec, build_model
+from hbpe.training.patch_io import IGNORE, cross_entropy_sum
+from hbpe.training.schemes import BytePatchScheme, build_scheme, vocabulary_bytes
+
+
+def _units(text: bytes) -> np.ndarray:
+    return np.frombuffer(text, dtype=np.uint8).astype(np.int32)
+
+
+def _patch_bytes(p: np.ndarray) -> list[bytes]:
+    return [bytes(int(s) for s in row if s < 256) for row in p if row[0] != EOD]
+
+
+def test_space_patching_follows_the_rule():
+    text = "Hello,  world: naïve 日本 1234567890abc".encode()
+    u = _units(text)
+    starts = patch_starts(u, 1, space_starts(u), 6)
+    p = to_patches(u, 1, starts, 7)
+    pieces = _patch_bytes(p.patches)
+    assert b"".join(pieces) == text  # lossless
+    assert max(len(x) for x in pieces) <= 6
+    # a new patch starts after the first delimiter of a run: ", " -> "Hello," | " " ...
+    assert pieces[:4] == [b"H", b"ello,", b"  worl", b"d:"]
+    # a UTF-8 lead byte is a delimiter, a continuation byte is not: "ï" = c3 af splits after c3
+    assert pieces[4:6] == [b" na\xc3", b"\xafve "]
+    # a run of 13 alphanumerics is split into 6 + 6 + 1
+    assert pieces[-3:] == [b"123456", b"7890ab", b"c"]
+
+
+def test_markers_and_context_are_patch_boundaries():
+    vb = VocabularyBytes.from_token_bytes([b"ab", b" cd", b"e"])
+    s = sample_units(np.array([1, 0, -1, 2, 1, -2, -2]), vb)
+    assert s.units.tolist() == [32, 99, 100, 97, 98, EOD, 101, 32, 99, 100] and s.context == 3
+    p = to_patches(s.units, s.context, patch_starts(s.units, s.context, space_starts(s.units), 6), 7)
+    rows = p.patches.tolist()
+    # the first token " cd" is context only, cut by the rule itself: " " | "cd"
+    assert rows[0][:2] == [32, EOP] and rows[1][:3] == [99, 100, EOP] and p.context == 2
+    assert rows[2][:3] == [97, 98, EOP]  # "ab" starts at the end of the context even without a delimiter
+    assert rows[3][:2] == [EOD, PAD]  # a marker is a patch of its own, without EOP
+    assert rows[4][:3] == [101, 32, EOP] and rows[5][:3] == [99, 100, EOP]
+    assert p.text_bytes == 2 + 1 + 3  # "ab", "e", " cd": tokens 2..N
+
+
+@pytest.fixture(scope="module")
+def shard_rows(sample_shards):
+    d = ShardDir(sample_shards[0])
+    rows = [np.asarray(s["tokens"], dtype=np.int32) for _, s in zip(range(16), d.samples())]
+    return d.tokenizer, np.stack(rows)
+
+
+class _FixedEntropy:
+    """Entropies from a deterministic function of the bytes (the real model is tested in training below)."""
+
+    def entropies(self, units):
+        return [((u * 7919) % 97 / 20.0).astype(np.float32) for u in units]
+
+
+def _schemes(tok):
+    vocab = vocabulary_bytes(tok)
+    return {
+        "hierarchical": build_scheme(model_config(io="hierarchical"), tok, derive=True),
+        "bpe": build_scheme(model_config(io="bpe"), tok, derive=True),
+        "bytes": build_scheme(model_config(io="bytes"), tok, derive=True),
+        "space": build_scheme(model_config(io="space"), tok, derive=True),
+        "entropy": BytePatchScheme(vocab, 6, _FixedEntropy(), 2.5),
+        "entropy-unbounded": BytePatchScheme(vocab, None, _FixedEntropy(), 4.0),
+    }
+
+
+def test_every_scheme_predicts_the_same_bytes_and_loses_none(shard_rows):
+    tok, tokens = shard_rows
+    expected = np.take(tok.token_nbytes, tokens[:, 1:], axis=0).sum(axis=1)
+    vocab = vocabulary_bytes(tok)
+    for name, scheme in _schemes(tok).items():
+        b = scheme.batch(tokens, None)
+        assert b["target_bytes"].tolist() == expected.tolist(), name
+        if name.startswith(("space", "entropy")):
+            for row, patches, first in zip(tokens, b["patches"], b["first_target"], strict=True):
+                s = sample_units(row, vocab)
+                text = s.units[s.units != EOD].astype(np.uint8).tobytes()
+                assert b"".join(_patch_bytes(patches)) == text, name  # the patches hold exactly the sample
+                assert b"".join(_patch_bytes(patches[first:])) == text[s.context :], name
+    unbounded = _schemes(tok)["entropy-unbounded"].batch(tokens, None)["patches"]
+    assert unbounded.shape[2] > 7  # longer than the bounded variant's 6 bytes + EOP
+
+
+@pytest.mark.parametrize("io", IO_SCHEMES)
+def test_uniform_model_bpb_is_exact_through_every_scheme(shard_rows, io):
+    """Zero output weights: every symbol costs ln V, so BPB = symbols * log2 V / the shared bytes."""
+    tok, tokens = shard_rows
+    schemes = _schemes(tok)
+    scheme = schemes[io] if io != "entropy" else schemes["entropy"]
+    cfg = model_config("tiny", io=io, entropy_model="x.pt", entropy_threshold=2.5)
+    torch.manual_seed(0)
+    model = build_model(cfg, VocabSpec.from_tokenizer(tok))
+    head = model.io.decoder.head if hasattr(model.io, "decoder") else model.io.head
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(30.0)  # large weights everywhere: the states are far from uniform ...
+        head.weight.zero_()  # ... but the head maps every state to equal logits
+        if getattr(head, "bias", None) is not None:
+            head.bias.zero_()
+    batch = {k: torch.from_numpy(np.asarray(v).astype(np.int64)) for k, v in scheme.batch(tokens, None).items()}
+    logits, targets = model(batch)
+    n = int((targets != IGNORE).sum())
+    V = model.io.vocab_size
+    bpb = float(cross_entropy_sum(logits, targets)) / math.log(2) / int(batch["target_bytes"].sum())
+    assert bpb == pytest.approx(n * math.log2(V) / int(batch["target_bytes"].sum()), rel=1e-6)
+    # the symbols counted: every predicted text symbol (EOP included) and marker, nothing of the context
+    if io == "bytes":
+        assert n == int(batch["target_bytes"].sum()) + int((tokens[:, 1:] == -1).sum())
+    if io == "bpe":
+        assert n == int((tokens[:, 1:] != -2).sum())
+
+
+def test_entropy_threshold_reaches_the_target_mean_patch_length(shard_rows):
+    tok, tokens = shard_rows
+    vocab = vocabulary_bytes(tok)
+    samples = [sample_units(r, vocab) for r in tokens]
+    units, contexts = [s.units for s in samples], [s.context for s in samples]
+    ents = _FixedEntropy().entropies(units)
+    for target in (2.0, 3.5, 5.0):
+        theta = choose_threshold(units, contexts, ents, target_bytes=target, max_bytes=6)
+        assert mean_patch_bytes(units, contexts, ents, theta, 6) == pytest.approx(target, rel=0.15)
+    with pytest.raises(ConfigError, match="longest mean patch"):
+        choose_threshold(units, contexts, ents, target_bytes=7.0, max_bytes=6)
+
+
+def test_entropy_needs_its_model_and_a_threshold():
+    with pytest.raises(ConfigError, match="model.entropy_model"):
+        model_config(io="entropy", entropy_target_bytes=4.0)
+    with pytest.raises(ConfigError, match="entropy_target_bytes"):
+        model_config(io="entropy", entropy_model="x.pt")
+    with pytest.raises(ConfigError, match="model.io"):
+        model_config(io="chars")
+
+
+def test_every_scheme_trains_from_the_same_shards(sample_shards, tmp_path):
+    """bytes first (it is the entropy model), then space and entropy: each learns in 12 real Composer batches."""
+    import json
+
+    from hbpe.training.config_io import load_config
+    from hbpe.training.trainer import train
+
+    train_dir, eval_dir = sample_shards
+    base = [f"data.train={train_dir}", f"data.eval={eval_dir}", "console=false", "max_duration=12ba"]
+    base += ["eval_interval=12ba", "save_interval=12ba", "optim.warmup=2ba", "eval_subset_num_batches=2"]
+    results = {}
+    for io, extra in (
+        ("bytes", []),
+        ("space", []),
+        ("entropy", [f"model.entropy_model={tmp_path / 'bytes' / 'latest-rank0.pt'}", "model.entropy_target_bytes=3"]),
+    ):
+        out = train(load_config("tiny", [*base, f"save_folder={tmp_path / io}", f"model.io={io}", *extra]))
+        results[io] = out["eval"]["BitsPerByte"]
+        assert 0 < results[io] < 8.5, (io, results[io])  # below uniform over bytes + markers (log2 258 ~ 8.01)
+    meta = json.loads((tmp_path / "entropy" / "hbpe_run.json").read_text())
+    assert meta["model"]["entropy_threshold"] > 0  # chosen on the shards and recorded for eval
