@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 import hbpe
-from hbpe import cli_data, cli_train
+from hbpe import cli_data, cli_eval, cli_experiment, cli_train
 from hbpe.cli_common import _emit, _Group
 from hbpe.schemas.errors import HbpeError
 
@@ -248,11 +248,31 @@ def bench_sweep_cmd(encodings: str, sizes: str, corpus: str, repeat: int, as_jso
     _emit(rows, as_json, render)
 
 
+@bench.command("first-stage")
+@click.option("--corpus", "corpus", multiple=True, required=True, help="jsonl / jsonl.zst / txt files (repeatable).")
+@click.option("--vocab-size", type=click.IntRange(min=256), required=True)
+@click.option("--pattern", default="cl100k_base", show_default=True, help="Split pattern name or regex.")
+@click.option("--min-count", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=2, show_default=True, help="Runs of each trainer.")
+@click.option("--json", "as_json", is_flag=True)
+def bench_first_stage_cmd(
+    corpus: tuple[str, ...], vocab_size: int, pattern: str, min_count: int, repeat: int, as_json: bool
+) -> None:
+    """In-house vs HF `tokenizers` first-stage BPE on the same word counts: seconds, peak RSS, identical ranks."""
+    from hbpe.pipeline.tokenizer.bench import bench_first_stage, render_first_stage
+
+    _check_pattern(pattern)
+    r = bench_first_stage(list(corpus), vocab_size, pattern=pattern, min_count=min_count, repeat=repeat)
+    _emit(r, as_json, render_first_stage)
+
+
 # --------------------------------------------------------------------------- data and training commands
 # defined in their own modules to keep this file small; attached here, so `main` is complete on import
 
 for _cmd in (cli_data.convert, cli_data.shards, cli_train.train_cmd, cli_train.eval_cmd, cli_train.generate_cmd):
     main.add_command(_cmd)
+main.add_command(cli_experiment.flops_cmd)
+main.add_command(cli_eval.eval_tasks_cmd)
 for _cmd in (cli_data.bench_convert, cli_train.bench_train_cmd, cli_train.bench_generate_cmd):
     bench.add_command(_cmd)
 

@@ -129,24 +129,13 @@ def threshold_on_shards(
 
     Stored order, not shuffled: every rerun (and autoresume) chooses the same value.
     """
-    import tempfile
-
     from hbpe.training.byte_patching import UNBOUNDED_SAFETY_LIMIT, sample_units
-    from hbpe.training.data import build_dataloader
+    from hbpe.training.scheme_stats import read_token_rows
     from hbpe.training.schemes import vocabulary_bytes
 
-    rows: list[np.ndarray] = []
-    with tempfile.TemporaryDirectory(prefix="hbpe-entropy-") as cache:
-        dl = build_dataloader(
-            shards, tok, batch_size=16, cache_dir=cache, shuffle=False, shuffle_seed=0, drop_last=False
-        )
-        for batch in dl:
-            rows.extend(batch["tokens"].numpy())
-            if len(rows) >= samples:
-                break
-        del dl
+    rows = read_token_rows(shards, tok, samples=samples)
     vocab = vocabulary_bytes(tok)
-    cut = [sample_units(r, vocab) for r in rows[:samples]]
+    cut = [sample_units(r, vocab) for r in rows]
     units = [s.units for s in cut]
     ents = [e for i in range(0, len(units), 16) for e in entropy.entropies(units[i : i + 16])]
     limit = model_cfg.patch_max_bytes if model_cfg.entropy_bounded else UNBOUNDED_SAFETY_LIMIT

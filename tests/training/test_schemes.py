@@ -179,3 +179,24 @@ def test_every_scheme_trains_from_the_same_shards(sample_shards, tmp_path):
         assert 0 < results[io] < 8.5, (io, results[io])  # below uniform over bytes + markers (log2 258 ~ 8.01)
     meta = json.loads((tmp_path / "entropy" / "hbpe_run.json").read_text())
     assert meta["model"]["entropy_threshold"] > 0  # chosen on the shards and recorded for eval
+
+
+def test_flops_table_measures_every_scheme_on_the_shards(sample_shards, gpt2_tokenizer):
+    from hbpe.training.flops import paper_forward_flops
+    from hbpe.training.scheme_stats import flops_table, render_table1
+
+    rows = {r["io"]: r for r in flops_table(model_config("small"), gpt2_tokenizer, str(sample_shards[0]), samples=32)}
+    assert set(rows) == {"hierarchical", "bpe", "bytes", "space"}  # entropy rows need an entropy model
+    h, bpe, by, sp = rows["hierarchical"], rows["bpe"], rows["bytes"], rows["space"]
+    assert h["bytes"] == bpe["bytes"] == by["bytes"] == sp["bytes"]  # one text, one denominator
+    assert h["positions"] == bpe["positions"] and h["fertility"] == bpe["fertility"]  # a patch per token
+    assert by["bytes_per_patch"] == 1.0 and by["fertility"] == pytest.approx(by["bytes"] / by["words"])
+    assert 1.0 < sp["bytes_per_patch"] <= 6.0 and sp["symbols_per_patch"] == pytest.approx(sp["bytes_per_patch"] + 1)
+    assert by["params"]["total"] / 1e6 == pytest.approx(85, rel=0.01)  # the paper's byte-level model: 85M
+    expect = paper_forward_flops(
+        model_config("small", io="bpe"), input_bytes=8192, bytes_per_patch=bpe["bytes_per_patch"],
+        symbols_per_patch=1.0, vocab_size=gpt2_tokenizer.encoding.max_token_value + 3,
+    )["total"]  # fmt: skip
+    assert bpe["gflops"]["total"] == pytest.approx(expect / 1e9)
+    assert by["gflops"]["total"] > 5 * bpe["gflops"]["total"]  # a latent position per byte
+    assert "| BPE-patch |" in render_table1(list(rows.values()))

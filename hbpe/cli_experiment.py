@@ -1,0 +1,40 @@
+"""CLI commands of the paper's experiments: `hbpe flops` (Table 1's columns) and `hbpe experiment`."""
+
+from __future__ import annotations
+
+import click
+
+from hbpe.cli_common import _emit
+
+
+@click.command("flops")
+@click.argument("config")
+@click.argument("overrides", nargs=-1)
+@click.option("--data", default=None, help="Shards to measure patching on (default: the config's data.train).")
+@click.option(
+    "--bytes", "input_bytes", type=click.IntRange(min=1), default=8192, show_default=True, help="Text per forward pass."
+)
+@click.option("--samples", type=click.IntRange(min=1), default=256, show_default=True, help="Samples measured.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+def flops_cmd(
+    config: str, overrides: tuple[str, ...], data: str | None, input_bytes: int, samples: int, as_json: bool
+) -> None:
+    """The paper's Table 1 columns for every scheme at CONFIG's sizes: forward GFLOPs (local
+    encoder, local decoder, latent, total) for --bytes of text, fertility, parameters, bytes and
+    symbols per patch, from the patch lengths measured on the shards. The entropy rows need
+    model.entropy_model (and a threshold or target) in the config or the overrides.
+
+    Example: hbpe flops small data.train=runs/demo/shards-train --bytes 8192
+    """
+    from hbpe.training.config_io import load_config
+    from hbpe.training.scheme_stats import flops_table, render_table1
+    from hbpe.training.trainer import resolve_tokenizer
+
+    cfg = load_config(config, list(overrides))
+    if data is not None:
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, train=data))
+    tok, _ = resolve_tokenizer(cfg)
+    rows = flops_table(cfg.model_config, tok, cfg.data.train, input_bytes=input_bytes, samples=samples)
+    _emit(rows, as_json, lambda rs: f"forward pass on {input_bytes} bytes of {cfg.data.train}\n" + render_table1(rs))
