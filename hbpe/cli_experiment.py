@@ -38,3 +38,36 @@ def flops_cmd(
     tok, _ = resolve_tokenizer(cfg)
     rows = flops_table(cfg.model_config, tok, cfg.data.train, input_bytes=input_bytes, samples=samples)
     _emit(rows, as_json, lambda rs: f"forward pass on {input_bytes} bytes of {cfg.data.train}\n" + render_table1(rs))
+
+
+@click.command("experiment")
+@click.argument("preset")
+@click.argument("overrides", nargs=-1)
+@click.option(
+    "--out", default=None, help="Output folder (default: runs/experiments/PRESET). A rerun skips finished runs."
+)
+@click.option("--train-corpus", multiple=True, help="Training corpus files (jsonl, jsonl.zst, txt; repeatable).")
+@click.option(
+    "--eval-corpus", multiple=True, help="Held-out corpus files (default: every 10th document of the training corpus)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print results.json instead of the table.")
+def experiment_cmd(
+    preset: str, overrides: tuple[str, ...], out: str | None, train_corpus: tuple[str, ...],
+    eval_corpus: tuple[str, ...], as_json: bool,
+) -> None:  # fmt: skip
+    """Run an experiment: a preset (table1-mini, chinese-mini, vocab-mini, s-ablation-mini,
+    table1-small, table3-medium) or a YAML file, with key=value overrides of its spec
+    (`batches=100`, `model.latent_layers=4` for every run). Writes results.json, table.md and
+    PNG plots to --out.
+
+    Example: hbpe experiment table1-mini --out runs/experiments/table1-mini
+    """
+    from pathlib import Path
+
+    from hbpe.training.experiments.presets import load_spec
+    from hbpe.training.experiments.runner import run_experiment
+
+    spec = load_spec(preset, overrides, train_corpus=train_corpus, eval_corpus=eval_corpus)
+    folder = Path(out or Path("runs", "experiments", spec.name))
+    report = run_experiment(spec, folder, on_event=lambda line: click.echo(line, err=True))
+    _emit(report, as_json, lambda r: r["table"] + "\n" + "\n".join(f"plot: {p}" for p in r["plots"]))

@@ -296,6 +296,11 @@ def build_dataloader(
     if verify not in ("hash", "size"):
         raise ConfigError(f"verify must be 'hash' or 'size', got {verify!r}")
     manifest = manifest or read_manifest(shards)  # the caller's copy when it has read it already
+    if manifest.counts.samples == 0:
+        raise ArtifactError(
+            f"{shards} holds no samples ({manifest.counts.documents_written} documents written, seq_len "
+            f"{manifest.seq_len}): convert more text, or a smaller --seq-len (`hbpe shards stats` shows the counts)"
+        )
     source = check_compatible(manifest, tok, where=shards)
     local = cache_dir or tempfile.mkdtemp(prefix="hbpe-stream-")
     check = check_shards(shards, local, hashes=verify == "hash", manifest=manifest)

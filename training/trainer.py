@@ -6,7 +6,7 @@ import logging
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -495,6 +495,7 @@ def build_run(
         "max_patch_size": tok.max_patch_size,
         "seq_len": seq_len,
         "derived_tokenizer": derived,
+        "model": asdict(cfg.model_config),  # as trained: an entropy threshold chosen on the shards included
     }
     return BuiltRun(trainer, tok, meter, seq_len, info)
 

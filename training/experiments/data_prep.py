@@ -1,0 +1,108 @@
+"""An experiment's data: the held-out split, one tokenizer and one pair of shard sets per first stage.
+
+Everything lands under OUT/data and is reused by a rerun (a finished conversion has its
+COMPLETED marker; a tokenizer directory its tokenizer.json), so only the first run of an
+experiment pays for it. Each first stage is converted once at the experiment's S; runs that
+ask for another S derive it from the `tokens` column at load time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from hbpe.schemas.errors import ConfigError
+from hbpe.training.experiments.spec import ExperimentSpec, FirstStageSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StageData:
+    tokenizer: Path
+    train: Path
+    eval: Path
+
+
+def split_corpus(spec: ExperimentSpec, out: Path) -> tuple[list[str], list[str]]:
+    """(train files, eval files): the spec's eval corpus, or every `holdout_every`-th document held out."""
+    for path in (*spec.train_corpus, *spec.eval_corpus):
+        if "://" not in path and not Path(path).exists():
+            raise ConfigError(
+                f"corpus {path} does not exist; pass --train-corpus/--eval-corpus files (jsonl, jsonl.zst, txt)"
+            )
+    if spec.eval_corpus:
+        return list(spec.train_corpus), list(spec.eval_corpus)
+    folder = out / "corpus"
+    train, held = folder / "train.jsonl", folder / "eval.jsonl"
+    if not (train.is_file() and held.is_file()):
+        from hbpe.pipeline.tokenizer.stats import read_texts
+
+        texts, rejects = read_texts(list(spec.train_corpus))
+        if rejects:
+            log.warning("corpus: %d documents set aside (%s)", sum(rejects.values()), dict(rejects))
+        k = spec.holdout_every
+        if len(texts) < k:
+            raise ConfigError(
+                f"the training corpus holds {len(texts)} documents: holding out every {k}th needs at least {k}; "
+                f"pass --eval-corpus, or holdout_every={max(len(texts), 2)}"
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+        for path, keep in ((train, lambda i: i % k != k - 1), (held, lambda i: i % k == k - 1)):
+            part = path.with_suffix(".partial")
+            with part.open("w", encoding="utf-8") as f:
+                for i, t in enumerate(texts):
+                    if keep(i):
+                        f.write(json.dumps({"id": str(i), "text": t}, ensure_ascii=False) + "\n")
+            part.replace(path)
+    return [str(train)], [str(held)]
+
+
+def first_stage_tokenizer(fs: FirstStageSpec, *, max_patch_size: int, train_files: list[str], folder: Path):
+    """The tokenizer of one first stage at S, trained in-house on the training split when asked."""
+    from hbpe.pipeline.tokenizer import artifact, first_stage
+
+    if fs.encoding is not None:
+        enc = first_stage.load_encoding(fs.encoding, pattern=fs.pattern)
+        return artifact.train_tokenizer(enc, max_patch_size=max_patch_size)
+    from hbpe.pipeline.tokenizer.first_stage_train import count_pretokens, train_first_stage, write_encoding
+    from hbpe.pipeline.tokenizer.stats import read_texts
+
+    pattern = first_stage.resolve_pattern(fs.pattern or "gpt2")
+    texts, _ = read_texts(train_files)
+    ranks = train_first_stage(count_pretokens(texts, pattern), fs.vocab_size)
+    rank_file = write_encoding(ranks, folder / f"inhouse-{fs.vocab_size}.tiktoken", pattern=pattern)
+    return artifact.train_tokenizer(first_stage.load_encoding(str(rank_file)), max_patch_size=max_patch_size)
+
+
+def prepare(spec: ExperimentSpec, out: Path, *, progress: bool = True) -> dict[str, StageData]:
+    """Tokenizers and shards for every first stage the runs use; reused when already complete."""
+    from hbpe.pipeline.beam.convert import run_convert
+    from hbpe.pipeline.tokenizer import artifact
+    from hbpe.schemas.convert_config import ConvertConfig
+
+    train_files, eval_files = split_corpus(spec, out / "data")
+    used = sorted({r.first_stage for r in spec.runs})
+    data = {}
+    for key in used:
+        folder = out / "data" / key
+        tok_dir = folder / "tokenizer"
+        if not (tok_dir / "tokenizer.json").is_file():
+            log.info("first stage %s: training the tokenizer (S=%d)", key, spec.max_patch_size)
+            folder.mkdir(parents=True, exist_ok=True)
+            tok = first_stage_tokenizer(
+                spec.first_stages[key], max_patch_size=spec.max_patch_size, train_files=train_files, folder=folder
+            )
+            artifact.save(tok, tok_dir)
+        shards = {}
+        for split, files in (("train", train_files), ("eval", eval_files)):
+            dest = folder / f"shards-{split}"
+            if not (dest / "COMPLETED").is_file():
+                log.info("first stage %s: converting the %s corpus", key, split)
+                cfg = ConvertConfig(inputs=tuple(files), output=str(dest), tokenizer=str(tok_dir), seq_len=spec.seq_len)
+                run_convert(cfg, [], overwrite=dest.exists(), progress=progress)
+            shards[split] = dest
+        data[key] = StageData(tok_dir, shards["train"], shards["eval"])
+    return data
