@@ -16,6 +16,7 @@ import pytest
         "hbpe.pipeline.tokenizer.hierarchical",
         "hbpe.pipeline.beam.shards",
         "hbpe.training.flops",
+        "hbpe.training.byte_patching",
         "hbpe.schemas.manifest",
     ],
 )

@@ -1,21 +1,33 @@
-"""`hbpe bench tokenizer` and `hbpe bench sweep`: second-stage cost next to raw tiktoken.
+"""`hbpe bench tokenizer`, `sweep` and `first-stage`: tokenizer costs next to a reference.
 
-Everything is timed in one process on the same text, so ratios are meaningful on
-any machine. Wall-clock best-of-N for each measurement.
+`tokenizer` and `sweep` time the second stage next to raw tiktoken in one process on the
+same text, so ratios are meaningful on any machine (wall-clock best-of-N). `first-stage`
+runs the in-house and HF first-stage trainers on the same word counts, each in a fresh
+process so that peak memory is its own.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import subprocess
+import sys
+import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 from hbpe.pipeline.tokenizer import artifact
-from hbpe.pipeline.tokenizer.first_stage import load_encoding, vocabulary_tokens
+from hbpe.pipeline.tokenizer.first_stage import load_encoding, parse_rank_file, vocabulary_tokens
+from hbpe.pipeline.tokenizer.first_stage_train import FIRST_STAGE_TRAINERS, count_pretokens
 from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
+from hbpe.pipeline.tokenizer.pair_merges import learn_merges
 from hbpe.pipeline.tokenizer.second_stage import kernels
 from hbpe.pipeline.tokenizer.second_stage.apply import patch_of
+from hbpe.pipeline.tokenizer.stats import read_texts
 
 
 def _best_of(fn: Callable[[], object], repeat: int) -> float:
@@ -93,3 +105,174 @@ def bench_sweep(encodings: list[str], sizes: list[int], texts: list[str], *, rep
                 row[f"symbols_per_patch_{mode}"] = float(tok.patch_lengths[ids].mean())
             rows.append(row)
     return rows
+
+
+# --------------------------------------------------------------------------- first stage: hbpe vs HF tokenizers
+
+# Each trainer runs in a fresh interpreter, so its peak RSS (getrusage ru_maxrss) is its own; both
+# import `tokenizers` first, so the baseline (interpreter, imports, the word counts) is the same.
+_FIRST_STAGE_CHILD = """
+import base64, collections, json, resource, sys, time
+import tokenizers  # same baseline for both trainers
+from hbpe.pipeline.tokenizer.first_stage import format_rank_file
+from hbpe.pipeline.tokenizer.first_stage_train import train_first_stage
+
+words_path, trainer, vocab_size, min_count, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+words = collections.Counter()
+for line in open(words_path, "rb").read().splitlines():  # base64(word) count, as _write_word_counts writes
+    w, c = line.split()
+    words[base64.b64decode(w)] = int(c)
+unit = 1 / 2**20 if sys.platform == "darwin" else 1 / 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit
+t = time.perf_counter()
+ranks = train_first_stage(words, vocab_size, min_count=min_count, trainer=trainer)
+seconds = time.perf_counter() - t
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit
+open(out, "wb").write(format_rank_file(ranks))
+print(json.dumps({"seconds": seconds, "peak_rss_mb": peak, "baseline_rss_mb": before}))
+"""
+
+
+def _write_word_counts(words: Counter[bytes], path: Path) -> None:
+    """`base64(word) count` lines: the pre-tokenized counts both trainers read."""
+    path.write_bytes(b"".join(base64.b64encode(w) + b" %d\n" % c for w, c in sorted(words.items())))
+
+
+def _run_trainer(words_path: Path, trainer: str, vocab_size: int, min_count: int, out: Path) -> dict:
+    args = [str(words_path), trainer, str(vocab_size), str(min_count), str(out)]
+    r = subprocess.run([sys.executable, "-c", _FIRST_STAGE_CHILD, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"the {trainer} trainer failed: {r.stderr.strip().splitlines()[-1:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def compare_ranks(words: Counter[bytes], a: dict[bytes, int], b: dict[bytes, int], *, min_count: int = 2) -> dict:
+    """How far two rank tables agree: learned tokens (rank >= 256) compared in rank order.
+
+    At the first divergence, the in-house trainer is replayed up to that point and the two
+    candidate tokens' counts are taken there (weighted occurrences of the adjacent pairs that
+    form them): equal counts mean a tie broken differently; unequal ones, a real difference.
+    """
+    la, lb = sorted(a, key=a.get)[256:], sorted(b, key=b.get)[256:]
+    k = min(len(la), len(lb))
+    same = [x == y for x, y in zip(la, lb)]
+    first = next((i for i, s in enumerate(same) if not s), None)
+    out = {
+        "identical": a == b,
+        "learned": [len(la), len(lb)],
+        "compared": k,
+        "agree": sum(same),
+        "agree_prefix": k if first is None else first,
+        "first_divergence": None,
+    }
+    if first is not None:
+        counts = _candidate_counts(words, 256 + first, [la[first], lb[first]], min_count=min_count)
+        ca, cb = counts[la[first]], counts[lb[first]]
+        out["first_divergence"] = {
+            "rank": 256 + first,
+            "tokens": [la[first].decode("utf-8", "backslashreplace"), lb[first].decode("utf-8", "backslashreplace")],
+            "counts": [ca, cb],
+            "reason": f"tie at count {ca}: the trainers break it differently"
+            if ca == cb
+            else f"different counts ({ca} vs {cb}): not a tie-break difference",
+        }
+    return out
+
+
+def _candidate_counts(words: Counter[bytes], n_tokens: int, targets: list[bytes], *, min_count: int) -> dict:
+    """Weighted count of adjacent pairs forming each target once the in-house trainer holds `n_tokens` tokens."""
+    id_bytes = [bytes([x]) for x in range(256)]
+    ranks = {t: i for i, t in enumerate(id_bytes)}
+
+    def next_id(pair: tuple[int, int]) -> int:
+        merged = id_bytes[pair[0]] + id_bytes[pair[1]]
+        if merged not in ranks:
+            ranks[merged] = len(id_bytes)
+            id_bytes.append(merged)
+        return ranks[merged]
+
+    ordered = sorted(words.items())
+    seqs = [list(w) for w, _ in ordered]
+    learn_merges(
+        seqs,
+        [c for _, c in ordered],
+        next_id=next_id,
+        is_active=lambda s: len(s) > 1,
+        min_count=min_count,
+        stop=lambda: len(id_bytes) >= n_tokens,
+    )
+    counts = dict.fromkeys(targets, 0)
+    for s, (_, c) in zip(seqs, ordered):
+        for x, y in zip(s, s[1:]):
+            merged = id_bytes[x] + id_bytes[y]
+            if merged in counts:
+                counts[merged] += c
+    return counts
+
+
+def bench_first_stage(
+    corpus: list[str], vocab_size: int, *, pattern: str = "cl100k_base", min_count: int = 2, repeat: int = 2
+) -> dict:
+    """Both first-stage trainers on the same pre-token counts: seconds, peak RSS, and rank agreement.
+
+    Rounds alternate the trainers (hbpe, hf, hbpe, hf, ...) so machine noise hits both alike;
+    every run's rank file is kept, so determinism across processes is checked too.
+    """
+    texts, _ = read_texts(corpus)
+    t = time.perf_counter()
+    words = count_pretokens(texts, pattern)
+    count_s = time.perf_counter() - t
+    runs: dict[str, list[dict]] = {name: [] for name in FIRST_STAGE_TRAINERS}
+    files: dict[str, list[bytes]] = {name: [] for name in FIRST_STAGE_TRAINERS}
+    with tempfile.TemporaryDirectory(prefix="hbpe-bench-first-stage-") as tmp:
+        words_path = Path(tmp) / "words.txt"
+        _write_word_counts(words, words_path)
+        for i in range(repeat):
+            for name in FIRST_STAGE_TRAINERS:
+                out = Path(tmp) / f"{name}-{i}.tiktoken"
+                runs[name].append(_run_trainer(words_path, name, vocab_size, min_count, out))
+                files[name].append(out.read_bytes())
+    ranks = {name: parse_rank_file(files[name][0]) for name in FIRST_STAGE_TRAINERS}
+    return {
+        "corpus": list(corpus),
+        "corpus_mb": sum(len(x.encode("utf-8")) for x in texts) / 1e6,
+        "pattern": pattern,
+        "vocab_size": vocab_size,
+        "min_count": min_count,
+        "distinct_words": len(words),
+        "pretokens": sum(words.values()),
+        "count_s": count_s,
+        "runs": runs,
+        "seconds": {n: [r["seconds"] for r in rs] for n, rs in runs.items()},
+        "peak_rss_mb": {n: [r["peak_rss_mb"] for r in rs] for n, rs in runs.items()},
+        "deterministic": {n: len(set(fs)) == 1 for n, fs in files.items()},
+        "rank_files_identical": files["hbpe"][0] == files["hf"][0],
+        "ranks": compare_ranks(words, ranks["hbpe"], ranks["hf"], min_count=min_count),
+    }
+
+
+def render_first_stage(r: dict) -> str:
+    """The human view of `bench_first_stage`: one line per trainer, then the rank agreement."""
+    c = r["ranks"]
+    lines = [
+        f"{', '.join(r['corpus'])}: {r['corpus_mb']:.2f} MB, {r['pretokens']} pre-tokens, "
+        f"{r['distinct_words']} distinct ({r['pattern']}), counted in {r['count_s']:.2f}s; "
+        f"vocab {r['vocab_size']}, min count {r['min_count']}",
+        f"{'trainer':<8} {'seconds (each run)':<28} {'peak RSS MB (each run)':<28} deterministic",
+    ]
+    for name in r["runs"]:
+        secs = " ".join(f"{s:.2f}" for s in r["seconds"][name])
+        rss = " ".join(f"{m:.0f}" for m in r["peak_rss_mb"][name])
+        lines.append(f"{name:<8} {secs:<28} {rss:<28} {r['deterministic'][name]}")
+    base = " / ".join(f"{rs[0]['baseline_rss_mb']:.0f}" for rs in r["runs"].values())
+    lines.append(f"(peak RSS: getrusage ru_maxrss of a fresh process per run; baseline before training {base} MB)")
+    lines.append(
+        f"ranks: {c['agree']}/{c['compared']} learned tokens agree, first {c['agree_prefix']} in a row; "
+        f"learned {c['learned'][0]} (hbpe) vs {c['learned'][1]} (hf); rank files identical: {r['rank_files_identical']}"
+    )
+    d = c["first_divergence"]
+    if d:
+        lines.append(
+            f"first divergence at rank {d['rank']}: hbpe {d['tokens'][0]!r} vs hf {d['tokens'][1]!r}: {d['reason']}"
+        )
+    return "\n".join(lines)

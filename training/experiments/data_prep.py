@@ -77,8 +77,13 @@ def first_stage_tokenizer(fs: FirstStageSpec, *, max_patch_size: int, train_file
     return artifact.train_tokenizer(first_stage.load_encoding(str(rank_file)), max_patch_size=max_patch_size)
 
 
-def prepare(spec: ExperimentSpec, out: Path, *, progress: bool = True) -> dict[str, StageData]:
-    """Tokenizers and shards for every first stage the runs use; reused when already complete."""
+def prepare(
+    spec: ExperimentSpec, out: Path, *, progress: bool = True, pipeline_args: list[str] | None = None
+) -> dict[str, StageData]:
+    """Tokenizers and shards for every first stage the runs use; reused when already complete.
+
+    `pipeline_args` go to Beam as `hbpe convert` passes them (default: its local runner).
+    """
     from hbpe.pipeline.beam.convert import run_convert
     from hbpe.pipeline.tokenizer import artifact
     from hbpe.schemas.convert_config import ConvertConfig
@@ -102,7 +107,7 @@ def prepare(spec: ExperimentSpec, out: Path, *, progress: bool = True) -> dict[s
             if not (dest / "COMPLETED").is_file():
                 log.info("first stage %s: converting the %s corpus", key, split)
                 cfg = ConvertConfig(inputs=tuple(files), output=str(dest), tokenizer=str(tok_dir), seq_len=spec.seq_len)
-                run_convert(cfg, [], overwrite=dest.exists(), progress=progress)
+                run_convert(cfg, list(pipeline_args or []), overwrite=dest.exists(), progress=progress)
             shards[split] = dest
         data[key] = StageData(tok_dir, shards["train"], shards["eval"])
     return data

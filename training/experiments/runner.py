@@ -162,7 +162,12 @@ def run_one(spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path) -> 
 
 
 def run_experiment(
-    spec: ExperimentSpec, out: str | Path, *, on_event: Callable[[str], None] = log.info, progress: bool = True
+    spec: ExperimentSpec,
+    out: str | Path,
+    *,
+    on_event: Callable[[str], None] = log.info,
+    progress: bool = True,
+    pipeline_args: list[str] | None = None,
 ) -> dict[str, Any]:
     """Every run of `spec` (finished ones skipped), then results.json, table.md and the plots in `out`."""
     from hbpe.training.experiments.report import write_report
@@ -170,7 +175,7 @@ def run_experiment(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     on_event(f"{spec.name}: preparing data in {out / 'data'}")
-    data = prepare(spec, out, progress=progress)
+    data = prepare(spec, out, progress=progress, pipeline_args=pipeline_args)
     results = []
     for i, run in enumerate(spec.runs, 1):
         run_dir = out / "runs" / run.name
