@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hbpe import cli, cli_data, cli_train
+from hbpe import cli, cli_data, cli_eval, cli_experiment, cli_train
 from hbpe.cli import main
 from hbpe.schemas.errors import HbpeError
 from tests.conftest import IN_MEMORY_BEAM, REPO, SAMPLE_EN
@@ -40,6 +40,10 @@ COMMANDS = {
     ("bench", "convert"): (cli_data, "bench_convert"),
     ("bench", "train"): (cli_train, "bench_train_cmd"),
     ("bench", "generate"): (cli_train, "bench_generate_cmd"),
+    ("bench", "first-stage"): (cli, "bench_first_stage_cmd"),
+    ("flops",): (cli_experiment, "flops_cmd"),
+    ("experiment",): (cli_experiment, "experiment_cmd"),
+    ("eval-tasks",): (cli_eval, "eval_tasks_cmd"),
 }
 
 

@@ -232,3 +232,34 @@ def test_eval_tasks_command(tiny_run):
         assert bad.exit_code == 2 and "no CUDA GPU is visible here; use --device cpu" in bad.output
     bad = CliRunner().invoke(main, [*args, "--device", "gpu0"])
     assert bad.exit_code == 2 and "--device 'gpu0' is not a torch device" in bad.output
+
+
+@pytest.mark.parametrize("io", ["bytes", "space"])
+def test_byte_schemes_score_exactly_the_continuation(io, gpt2_tokenizer):
+    """bytes and space patches: the scorer's batched sum equals one plain forward pass, and the scored
+    positions hold exactly the continuation's bytes (a patch boundary at its first byte)."""
+    from hbpe.schemas.symbols import EOD
+    from hbpe.training.byte_patching import patch_starts, space_starts, to_patches
+
+    model = _scaled_model(io, gpt2_tokenizer, seed=11)
+    scheme = scheme_for(model, gpt2_tokenizer)
+    got = score_pairs(model, scheme, PAIRS, batch_size=4)
+    for (c, k), s in zip(PAIRS, got, strict=True):
+        c, k = c.rstrip(), c[len(c.rstrip()) :] + k
+        ctx, cont = c.encode(), k.encode()
+        units = np.frombuffer(ctx + cont, dtype=np.uint8).astype(np.int64)
+        if io == "bytes":
+            batch = {"tokens": torch.from_numpy(np.concatenate([[TOKEN_EOD], units]))[None]}
+            n = len(cont)
+        else:
+            u = np.concatenate([[EOD], units]).astype(np.int32)
+            cut = to_patches(u, 1 + len(ctx), patch_starts(u, 1 + len(ctx), space_starts(u), 6), 7)
+            scored_rows = cut.patches[cut.context :]
+            assert b"".join(bytes(int(x) for x in r if x < 256) for r in scored_rows) == cont
+            batch = {"patches": torch.from_numpy(cut.patches.astype(np.int64))[None]}
+            n = int((scored_rows != PAD).sum())
+        with torch.no_grad():
+            logits, targets = model(batch)
+        keep = targets != IGNORE
+        want = torch.log_softmax(logits[keep][-n:].float(), -1).gather(1, targets[keep][-n:, None]).sum()
+        assert s.targets == n and s.loglikelihood == pytest.approx(float(want), abs=2e-4), (c[:20], k)

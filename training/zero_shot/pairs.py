@@ -98,15 +98,80 @@ def bpe_pair(tok) -> Callable[[str, str], EncodedPair]:
     return encode
 
 
+def _bytes(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32)
+
+
+def bytes_pair() -> Callable[[str, str], EncodedPair]:
+    """The byte-level baseline: [TOKEN_EOD] + bytes(context) + bytes(continuation)."""
+
+    def encode(context: str, continuation: str) -> EncodedPair:
+        context, continuation = move_trailing_space(context, continuation)
+        _check_continuation(continuation)
+        ctx, cont = _bytes(context), _bytes(continuation)
+        tokens = np.concatenate([[TOKEN_EOD], ctx, cont]).astype(np.int64)
+        scored = np.zeros(len(tokens) - 1, dtype=bool)
+        scored[len(ctx) :] = True
+        return EncodedPair({"tokens": tokens}, scored)
+
+    return encode
+
+
+def byte_patch_pair(cfg, entropy=None) -> Callable[[str, str], EncodedPair]:
+    """Space or entropy patches over [EOD] + bytes(context) + bytes(continuation), a patch boundary at the
+    continuation's first byte. Entropy patching reads the byte LM's entropies over the whole sequence, as
+    training does over a sample, so the continuation is cut with its context in view.
+
+    >>> from hbpe.schemas.train_config import model_config
+    >>> enc = byte_patch_pair(model_config(io="space"))("Question: a b", " yes no")
+    >>> enc.inputs["patches"].shape[1], int(enc.scored.sum())  # 6 bytes + EOP wide; " " | "yes " | "no": 7 + 3 EOPs
+    (7, 10)
+    """
+    from hbpe.schemas.symbols import EOD
+    from hbpe.training.byte_patching import (
+        UNBOUNDED_SAFETY_LIMIT,
+        entropy_starts,
+        patch_starts,
+        space_starts,
+        to_patches,
+    )
+
+    bounded = cfg.io == "space" or cfg.entropy_bounded
+    limit = cfg.patch_max_bytes if bounded else UNBOUNDED_SAFETY_LIMIT
+
+    def encode(context: str, continuation: str) -> EncodedPair:
+        context, continuation = move_trailing_space(context, continuation)
+        _check_continuation(continuation)
+        boundary = 1 + len(context.encode("utf-8"))
+        units = np.concatenate([[EOD], _bytes(context), _bytes(continuation)]).astype(np.int32)
+        if entropy is None:
+            natural = space_starts(units)
+        else:
+            natural = entropy_starts(entropy.entropies([units])[0], cfg.entropy_threshold)
+        cut = to_patches(units, boundary, patch_starts(units, boundary, natural, limit), limit + 1)
+        patches = cut.patches.astype(np.int64)
+        scored = np.zeros((len(patches) - 1, limit + 1), dtype=bool)
+        scored[cut.context - 1 :] = patches[cut.context :] != PAD
+        return EncodedPair({"patches": patches}, scored)
+
+    return encode
+
+
 def scheme_for(model, tok) -> PairScheme:
-    """The PairScheme of a loaded model's `model.io`; HbpeError for schemes not supported yet."""
+    """The PairScheme of a loaded model's `model.io`."""
     io = model.cfg.io
     if io == "hierarchical":
         return PairScheme(io, hierarchical_pair(tok), {"patches": PAD}, (PAD,))
     if io == "bpe":
         # BPEEmbeddingIO maps TOKEN_PAD to the id n_vocab + 1: a row of the head that text never holds
         return PairScheme(io, bpe_pair(tok), {"tokens": TOKEN_PAD}, (model.io.n_vocab + TOKEN_EOD - TOKEN_PAD,))
-    raise HbpeError(
-        f"zero-shot scoring supports model.io=hierarchical and model.io=bpe; this checkpoint has model.io={io}, "
-        "which is not supported yet (its text-to-batch function is still to be written in training/zero_shot/pairs.py)"
-    )
+    if io == "bytes":
+        return PairScheme(io, bytes_pair(), {"tokens": TOKEN_PAD}, (model.io.n_vocab + TOKEN_EOD - TOKEN_PAD,))
+    if io in ("space", "entropy"):
+        entropy = None
+        if io == "entropy":
+            from hbpe.training.entropy_model import EntropyModel
+
+            entropy = EntropyModel.load(model.cfg.entropy_model)
+        return PairScheme(io, byte_patch_pair(model.cfg, entropy), {"patches": PAD}, (PAD,))
+    raise HbpeError(f"zero-shot scoring: model.io={io} is not a scheme hbpe knows; retrain with a supported model.io")
