@@ -37,7 +37,8 @@ def equal_flops(results: list[dict[str, Any]]) -> tuple[float | None, dict[str, 
 def render_table(spec: ExperimentSpec, results: list[dict[str, Any]], flops_at: float | None, at_flops: dict) -> str:
     lines = [
         f"{spec.description}. {spec.batches} batches of {spec.global_batch_size} x {spec.seq_len}-token samples "
-        f"per run (the same samples for every run); BPB on {spec.final_eval_batches} held-out batches.",
+        f"per run (the same samples for every run); BPB on {spec.final_eval_batches} held-out batches; BPB at equal "
+        f"FLOPs interpolated on the training curves, whose points use the first {spec.eval_batches} of them.",
         "",
         "| model | GFLOPs (8,192 B) | fertility | params | bytes/patch | BPB | BPB at equal FLOPs | train KB/s |",
         "|---|---|---|---|---|---|---|---|",
