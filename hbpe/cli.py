@@ -98,20 +98,31 @@ def tokenizer_train(
 @click.option("--pattern", default="cl100k_base", show_default=True, help="Split pattern name or regex.")
 @click.option("--min-count", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option(
+    "--first-stage-trainer",
+    type=click.Choice(["hf", "hbpe"]),
+    default="hf",
+    show_default=True,
+    help="hf: HuggingFace tokenizers' Rust trainer; hbpe: the in-house Python one. Same ranks.",
+)
+@click.option(
     "--out", type=click.Path(), required=True, help="Output .tiktoken path (a .json sidecar is written beside it)."
 )
-def tokenizer_train_bpe(corpus: tuple[str, ...], vocab_size: int, pattern: str, min_count: int, out: str) -> None:
-    """Train a first-stage byte-level BPE in-house; use the result as --encoding PATH."""
-    from hbpe.pipeline.tokenizer.first_stage_train import count_pretokens, train_ranks, write_encoding
+def tokenizer_train_bpe(
+    corpus: tuple[str, ...], vocab_size: int, pattern: str, min_count: int, first_stage_trainer: str, out: str
+) -> None:
+    """Train a first-stage byte-level BPE on a corpus; use the result as --encoding PATH."""
+    from hbpe.pipeline.tokenizer.first_stage_train import count_pretokens, train_first_stage, write_encoding
     from hbpe.pipeline.tokenizer.stats import read_texts
 
     _check_pattern(pattern)
     texts, _ = read_texts(corpus)
     words = count_pretokens(texts, pattern)
-    ranks = train_ranks(words, vocab_size, min_count=min_count)
+    ranks = train_first_stage(words, vocab_size, min_count=min_count, trainer=first_stage_trainer)
     path = write_encoding(ranks, out, pattern=pattern)
     note = "" if len(ranks) >= vocab_size else f" (stopped early: no pair occurs >= {min_count} times)"
-    click.echo(f"trained a {len(ranks)}-token first stage on {len(words)} distinct words{note} -> {path}")
+    click.echo(
+        f"trained a {len(ranks)}-token first stage ({first_stage_trainer}) on {len(words)} distinct words{note} -> {path}"
+    )
 
 
 @tokenizer.command("info")
@@ -269,9 +280,18 @@ def bench_first_stage_cmd(
 # --------------------------------------------------------------------------- data and training commands
 # defined in their own modules to keep this file small; attached here, so `main` is complete on import
 
-for _cmd in (cli_data.convert, cli_data.shards, cli_train.train_cmd, cli_train.eval_cmd, cli_train.generate_cmd):
+for _cmd in (
+    cli_data.convert,
+    cli_data.shards,
+    cli_train.train_cmd,
+    cli_train.eval_cmd,
+    cli_train.generate_cmd,
+    cli_train.export_cmd,
+    cli_train.checkpoint_group,
+):
     main.add_command(_cmd)
 main.add_command(cli_experiment.flops_cmd)
+main.add_command(cli_experiment.experiment_cmd)
 main.add_command(cli_eval.eval_tasks_cmd)
 for _cmd in (cli_data.bench_convert, cli_train.bench_train_cmd, cli_train.bench_generate_cmd):
     bench.add_command(_cmd)

@@ -1,4 +1,4 @@
-"""CLI commands of the trainer: `hbpe train`, `hbpe eval`, `hbpe generate`, `hbpe bench train|generate`."""
+"""CLI commands of the trainer: `hbpe train`, `eval`, `generate`, `export`, `checkpoint consolidate`, `bench train|generate`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from hbpe.cli_common import _emit
+from hbpe.cli_common import _emit, _Group
 
 
 @click.command("train")
@@ -20,25 +20,91 @@ from hbpe.cli_common import _emit
     show_default=True,
     help="Processes on this node (Composer's launcher).",
 )
+@click.option(
+    "--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes of the run (each runs this)."
+)
+@click.option("--node-rank", type=click.IntRange(min=0), default=None, help="This node's rank, 0..nnodes-1.")
+@click.option("--master-addr", default=None, help="Address of node 0, where the ranks meet (with --nnodes > 1).")
+@click.option(
+    "--master-port", type=click.IntRange(1, 65535), default=None, help="Port on node 0 (default: a free one on 1 node)."
+)
 @click.option("--json", "as_json", is_flag=True)
-def train_cmd(config: str, overrides: tuple[str, ...], nproc: int, as_json: bool) -> None:
+def train_cmd(
+    config: str,
+    overrides: tuple[str, ...],
+    nproc: int,
+    nnodes: int,
+    node_rank: int | None,
+    master_addr: str | None,
+    master_port: int | None,
+    as_json: bool,
+) -> None:
     """Train from a YAML config (a path or tiny/small/medium) with key=value overrides.
 
     Example: hbpe train tiny data.train=runs/demo/shards-train max_duration=200ba
+
+    On N nodes, run on each: hbpe train CONFIG ... --nproc 8 --nnodes N --node-rank R --master-addr A --master-port P
     """
+    from hbpe.schemas.errors import ConfigError
     from hbpe.training.config_io import load_config
 
+    _check_nodes(nproc, nnodes, node_rank, master_addr, master_port)
     cfg = load_config(config, list(overrides))  # validate before launching anything
-    if nproc > 1:
-        _emit(_train_on_processes(config, overrides, nproc), as_json, _render_train)
+    world = nproc * nnodes
+    if cfg.global_batch_size % world:
+        raise ConfigError(
+            f"global_batch_size {cfg.global_batch_size} is not divisible by the {world} processes "
+            f"({nnodes} nodes x {nproc}); e.g. global_batch_size={world * max(1, cfg.global_batch_size // world)}"
+        )
+    if world > 1:
+        nodes = dict(nnodes=nnodes, node_rank=node_rank, master_addr=master_addr, master_port=master_port)
+        _emit(_train_on_processes(config, overrides, nproc, **nodes), as_json, _render_train)
         return
     from hbpe.training.trainer import train
 
     _emit(train(cfg), as_json, _render_train)
 
 
-def _train_on_processes(config: str, overrides: tuple[str, ...], nproc: int) -> dict[str, Any]:
-    """Composer's launcher over `nproc` ranks -> rank 0's result (a failed rank has printed its `error:` line)."""
+def _check_nodes(
+    nproc: int, nnodes: int, node_rank: int | None, master_addr: str | None, master_port: int | None
+) -> None:
+    """What Composer's launcher needs on several nodes, said before anything starts (and nothing silently ignored)."""
+    if nnodes > 1:
+        missing = [
+            flag
+            for flag, value in (
+                ("--node-rank", node_rank),
+                ("--master-addr", master_addr),
+                ("--master-port", master_port),
+            )
+            if value is None
+        ]
+        if missing:
+            raise click.UsageError(
+                f"--nnodes {nnodes} needs {', '.join(missing)}: every node runs the same command with its own "
+                "--node-rank, and all name node 0 with --master-addr and --master-port"
+            )
+        if node_rank >= nnodes:  # type: ignore[operator]
+            raise click.UsageError(f"--node-rank {node_rank} is not a node of --nnodes {nnodes} (0..{nnodes - 1})")
+        return
+    if node_rank is not None or master_addr is not None:
+        raise click.UsageError("--node-rank and --master-addr are for several nodes: add --nnodes N")
+    if master_port is not None and nproc == 1:
+        raise click.UsageError("--master-port is for several processes: add --nproc N or --nnodes N")
+
+
+def _train_on_processes(
+    config: str,
+    overrides: tuple[str, ...],
+    nproc: int,
+    *,
+    nnodes: int = 1,
+    node_rank: int | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+) -> dict[str, Any]:
+    """Composer's launcher over this node's `nproc` ranks -> the result its first rank wrote (a failed rank has
+    printed its `error:` line)."""
     import json
     import os
     import tempfile
@@ -51,7 +117,15 @@ def _train_on_processes(config: str, overrides: tuple[str, ...], nproc: int) -> 
         result_file = Path(tmp, "result.json")
         os.environ[RESULT_FILE_ENV] = str(result_file)  # the launcher's ranks inherit this environment
         try:
-            status = launch(config, overrides, nproc=nproc)
+            status = launch(
+                config,
+                overrides,
+                nproc=nproc,
+                nnodes=nnodes,
+                node_rank=node_rank,
+                master_addr=master_addr,
+                master_port=master_port,
+            )
         finally:
             del os.environ[RESULT_FILE_ENV]
         if status != 0:
@@ -69,17 +143,40 @@ def _render_train(r: dict[str, Any]) -> str:
     )
 
 
+_DEVICE_HELP = "auto (CUDA when a GPU is visible, else CPU), cpu, cuda or cuda:N."
+_CHECKPOINT_HELP = (
+    "A checkpoint file, a sharded (FSDP2) checkpoint folder, a save folder (its latest-rank0.pt) or an "
+    "`hbpe export` directory."
+)
+
+
 @click.command("eval")
-@click.option("--checkpoint", required=True, help="Checkpoint file or save folder (uses latest-rank0.pt).")
+@click.option("--checkpoint", required=True, help=_CHECKPOINT_HELP)
 @click.option("--data", required=True, help="Shard directory from `hbpe convert`.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--max-batches", type=click.IntRange(min=1), default=None)
+@click.option("--device", default="auto", show_default=True, help=_DEVICE_HELP)
+@click.option(
+    "--progress/--no-progress", default=None, help="A progress bar on stderr (default: when it is a terminal)."
+)
 @click.option("--json", "as_json", is_flag=True)
-def eval_cmd(checkpoint: str, data: str, batch_size: int, max_batches: int | None, as_json: bool) -> None:
+def eval_cmd(
+    checkpoint: str,
+    data: str,
+    batch_size: int,
+    max_batches: int | None,
+    device: str,
+    progress: bool | None,
+    as_json: bool,
+) -> None:
     """BPB, loss, bytes per patch and symbols per patch on the given shards."""
+    from hbpe.training.devices import resolve_device
     from hbpe.training.evaluate import evaluate
 
-    _emit(evaluate(checkpoint, data, batch_size=batch_size, max_batches=max_batches), as_json, _render_eval)
+    dev = resolve_device(device)  # before anything is loaded
+    show = sys.stderr.isatty() if progress is None else progress
+    r = evaluate(checkpoint, data, batch_size=batch_size, max_batches=max_batches, device=dev, progress=show)
+    _emit(r, as_json, _render_eval)
 
 
 def _render_eval(r: dict[str, Any]) -> str:
@@ -89,29 +186,131 @@ def _render_eval(r: dict[str, Any]) -> str:
     )
 
 
+def _read_prompts(prompts: tuple[str, ...], prompts_file: str | None) -> list[str]:
+    """--prompt (repeatable), then every line of --prompts-file (UTF-8, one prompt per line)."""
+    from hbpe.schemas.errors import ConfigError
+
+    out = list(prompts)
+    if prompts_file is not None:
+        from pathlib import Path
+
+        try:
+            text = Path(prompts_file).read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(
+                f"--prompts-file {prompts_file} is not UTF-8 (at byte offset {e.start}); convert it, e.g. with "
+                "iconv -t UTF-8"
+            ) from None
+        out += text.splitlines()
+    if not out:
+        raise ConfigError("no prompt: pass --prompt TEXT (repeatable) or --prompts-file FILE (one prompt per line)")
+    return out
+
+
 @click.command("generate")
-@click.option("--checkpoint", required=True)
-@click.option("--prompt", required=True)
+@click.option("--checkpoint", required=True, help=_CHECKPOINT_HELP)
+@click.option("--prompt", "prompts", multiple=True, help="A prompt; repeat for several, generated in batches.")
+@click.option("--prompts-file", type=click.Path(dir_okay=False), default=None, help="One prompt per line (UTF-8).")
 @click.option("--max-bytes", type=click.IntRange(min=1), default=200, show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True, help="0 = greedy.")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Prompts per batch.")
+@click.option("--device", default="auto", show_default=True, help=_DEVICE_HELP)
 @click.option("--no-cache", is_flag=True, help="Recompute without KV caches (slow reference).")
-def generate_cmd(checkpoint: str, prompt: str, max_bytes: int, temperature: float, seed: int, no_cache: bool) -> None:
-    """Generate text patch by patch (at most --max-bytes new bytes, cut at a UTF-8 character boundary)."""
-    from hbpe.training.checkpoint import load_model
-    from hbpe.training.generate import check_generate_args, generate
+@click.option("--json", "as_json", is_flag=True, help="One JSON list of {prompt, text, new_bytes, ...}.")
+def generate_cmd(
+    checkpoint: str,
+    prompts: tuple[str, ...],
+    prompts_file: str | None,
+    max_bytes: int,
+    temperature: float,
+    seed: int,
+    batch_size: int,
+    device: str,
+    no_cache: bool,
+    as_json: bool,
+) -> None:
+    """Generate text patch by patch (at most --max-bytes new bytes, cut at a UTF-8 character boundary).
 
-    check_generate_args(prompt, max_bytes=max_bytes, temperature=temperature, seed=seed)  # before loading a model
-    model, tok, _ = load_model(checkpoint)
-    g = generate(model, tok, prompt, max_bytes=max_bytes, temperature=temperature, use_cache=not no_cache, seed=seed)
-    click.echo(g.text)
+    Prompt i (0-based, --prompt ones first) samples with seed + i, alone or in any batch.
+    """
+    import dataclasses
+
+    from hbpe.training.checkpoint import load_model
+    from hbpe.training.devices import resolve_device
+    from hbpe.training.generate import check_generate_args, generate_batch
+
+    texts = _read_prompts(prompts, prompts_file)
+    for p in texts:  # before loading a model
+        check_generate_args(p, max_bytes=max_bytes, temperature=temperature, seed=seed)
+    model, tok, _ = load_model(checkpoint, device=resolve_device(device))
+    gens = generate_batch(
+        model,
+        tok,
+        texts,
+        max_bytes=max_bytes,
+        temperature=temperature,
+        use_cache=not no_cache,
+        seed=seed,
+        batch_size=batch_size,
+    )
+    if as_json:
+        _emit([{"prompt": p, **dataclasses.asdict(g)} for p, g in zip(texts, gens)], True, str, ensure_ascii=False)
+        return
     why = {
         "eod": " (the model ended the document)",
         "context": f" (the model's latent context, model.max_patches={model.cfg.max_patches}, is full)",
-    }.get(g.stopped, "")
-    click.echo(
-        f"[{g.new_bytes} bytes, {g.patches} patches, {g.symbols} symbols in {g.seconds:.2f}s; stopped: {g.stopped}{why}]",
-        err=True,
+    }
+    for g in gens:
+        click.echo(g.text)
+        click.echo(
+            f"[{g.new_bytes} bytes, {g.patches} patches, {g.symbols} symbols in {g.seconds:.2f}s; "
+            f"stopped: {g.stopped}{why.get(g.stopped, '')}]",
+            err=True,
+        )
+
+
+@click.command("export")
+@click.option("--checkpoint", required=True, help=_CHECKPOINT_HELP)
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="The model directory to write.")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier export in --out (nothing else).")
+@click.option("--json", "as_json", is_flag=True)
+def export_cmd(checkpoint: str, out: str, overwrite: bool, as_json: bool) -> None:
+    """A self-contained model directory (safetensors weights, model config, tokenizer) that eval and generate load.
+
+    Loads without Composer state and without unpickling; tied weights are stored once and tied again on load.
+    """
+    from hbpe.training.export import export_model
+
+    _emit(export_model(checkpoint, out, overwrite=overwrite), as_json, _render_export)
+
+
+def _render_export(r: dict[str, Any]) -> str:
+    tied = ", ".join(f"{a} = {b}" for a, b in r["tied"].items()) or "none"
+    return (
+        f"exported {r['parameters'] / 1e6:.2f}M parameters ({r['tensors']} tensors, {r['bytes'] / 1e6:.1f} MB) to "
+        f"{r['out']} in {r['seconds']:.1f}s; tied: {tied}"
+    )
+
+
+@click.group("checkpoint", cls=_Group)
+def checkpoint_group() -> None:
+    """Work with training checkpoints."""
+
+
+@checkpoint_group.command("consolidate")
+@click.option("--checkpoint", "path", required=True, help="A sharded checkpoint folder, or an FSDP2 run's save folder.")
+@click.option("--out", default=None, help="The .pt to write (default: FOLDER-consolidated.pt beside the folder).")
+@click.option("--overwrite", is_flag=True)
+@click.option("--json", "as_json", is_flag=True)
+def checkpoint_consolidate_cmd(path: str, out: str | None, overwrite: bool, as_json: bool) -> None:
+    """A sharded (FSDP2) checkpoint's model as one .pt file in its run folder (eval and generate also read the folder)."""
+    from hbpe.training.consolidate import consolidate_checkpoint
+
+    _emit(
+        consolidate_checkpoint(path, out, overwrite=overwrite),
+        as_json,
+        lambda r: f"consolidated {r['checkpoint']} ({r['parameters'] / 1e6:.2f}M parameters) into {r['out']}",
     )
 
 
@@ -137,19 +336,31 @@ def _render_bench_train(r: dict[str, Any]) -> str:
 
 
 @click.command("generate")
-@click.option("--checkpoint", required=True)
+@click.option("--checkpoint", required=True, help=_CHECKPOINT_HELP)
 @click.option("--prompt", default="The State of the Union", show_default=True)
 @click.option("--max-bytes", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=2), default=8, show_default=True, help="Prompts in the batch.")
+@click.option("--repeat", type=click.IntRange(min=1), default=2, show_default=True, help="Best of N runs.")
+@click.option("--device", default="auto", show_default=True, help=_DEVICE_HELP)
 @click.option("--json", "as_json", is_flag=True)
-def bench_generate_cmd(checkpoint: str, prompt: str, max_bytes: int, as_json: bool) -> None:
-    """Generation speed with and without KV caches, as a ratio, in one run."""
+def bench_generate_cmd(
+    checkpoint: str, prompt: str, max_bytes: int, batch_size: int, repeat: int, device: str, as_json: bool
+) -> None:
+    """Generation speed with and without KV caches, and batched vs one prompt at a time, as ratios."""
     from hbpe.training.bench import bench_generate
+    from hbpe.training.devices import resolve_device
 
-    _emit(bench_generate(checkpoint, prompt, max_bytes=max_bytes), as_json, _render_bench_generate)
+    r = bench_generate(
+        checkpoint, prompt, max_bytes=max_bytes, batch_size=batch_size, repeat=repeat, device=resolve_device(device)
+    )
+    _emit(r, as_json, _render_bench_generate)
 
 
 def _render_bench_generate(r: dict[str, Any]) -> str:
     return (
         f"with KV caches {r['cached_bytes_per_sec']:.0f} B/s ({r['cached_patches_per_sec']:.1f} patches/s); "
-        f"without {r['uncached_bytes_per_sec']:.0f} B/s; speedup x{r['speedup']:.2f}; identical output: {r['identical']}"
+        f"without {r['uncached_bytes_per_sec']:.0f} B/s; speedup x{r['speedup']:.2f}; identical output: {r['identical']}\n"
+        f"{r['batch_size']} prompts in one batch {r['batched_bytes_per_sec']:.0f} B/s, one at a time "
+        f"{r['one_by_one_bytes_per_sec']:.0f} B/s; speedup x{r['batch_speedup']:.2f}; identical output: "
+        f"{r['batch_identical']} ({r['device']}, {r['threads']} threads)"
     )

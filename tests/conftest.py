@@ -16,6 +16,14 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and (SHARED_DATA / "tiktoken-cache").i
     os.environ["TIKTOKEN_CACHE_DIR"] = str(SHARED_DATA / "tiktoken-cache")
 
 
+def pytest_configure(config):
+    # one torch thread per test process: `make test` runs 2 workers on 2 cores, and 2 intra-op threads
+    # each made the tiny models' small ops wait milliseconds for one another (generation tests 140 s -> 2.5 s)
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def gpt2_tokenizer():
     from hbpe.pipeline.tokenizer import artifact

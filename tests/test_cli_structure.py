@@ -44,6 +44,9 @@ COMMANDS = {
     ("flops",): (cli_experiment, "flops_cmd"),
     ("experiment",): (cli_experiment, "experiment_cmd"),
     ("eval-tasks",): (cli_eval, "eval_tasks_cmd"),
+    ("export",): (cli_train, "export_cmd"),
+    ("checkpoint",): (cli_train, "checkpoint_group"),
+    ("checkpoint", "consolidate"): (cli_train, "checkpoint_consolidate_cmd"),
 }
 
 

@@ -17,6 +17,8 @@ import pytest
         "hbpe.pipeline.beam.shards",
         "hbpe.training.flops",
         "hbpe.training.byte_patching",
+        "hbpe.training.export",
+        "hbpe.training.devices",
         "hbpe.schemas.manifest",
     ],
 )

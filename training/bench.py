@@ -46,23 +46,62 @@ def bench_train(cfg: TrainConfig, *, batches: int) -> dict:
     }
 
 
-def bench_generate(checkpoint: str, prompt: str, *, max_bytes: int, repeat: int = 2) -> dict:
-    """Greedy generation with and without KV caches on the same prompt; they must agree."""
+# openings for the batched measurement: different lengths, so rows are ragged as in real use
+BENCH_PROMPTS = (
+    "Fellow-Citizens of the Senate and House of Representatives:",
+    "Mr. Speaker, Mr. Vice President, Members of Congress",
+    "To the Congress of the United States:",
+    "My fellow Americans,",
+    "Gentlemen of the Senate and House of Representatives: In",
+    "We the People",
+    "Tonight",
+)
+
+
+def _best(repeat: int, run):
+    """(fastest wall seconds, its result) over `repeat` runs."""
+    best = None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = run()
+        wall = time.perf_counter() - t
+        best = (wall, out) if best is None or wall < best[0] else best
+    return best
+
+
+def bench_generate(
+    checkpoint: str,
+    prompt: str,
+    *,
+    max_bytes: int,
+    repeat: int = 2,
+    batch_size: int = 8,
+    device: str | torch.device = "cpu",
+) -> dict:
+    """Greedy generation with and without KV caches on the same prompt (they must agree); then
+    `batch_size` prompts in one batch vs one after another, both cached (each prompt must agree)."""
     from hbpe.training.checkpoint import load_model
-    from hbpe.training.generate import check_generate_args, generate
+    from hbpe.training.generate import check_generate_args, generate, generate_batch
 
     check_generate_args(prompt, max_bytes=max_bytes, temperature=0.0)  # before loading a model
-    model, tok, _ = load_model(checkpoint)
-    res = {}
+    model, tok, _ = load_model(checkpoint, device=device)
+    runs = {}
     for use_cache in (True, False):
-        best = None
-        for _ in range(repeat):
-            g = generate(model, tok, prompt, max_bytes=max_bytes, temperature=0.0, use_cache=use_cache)
-            best = g if best is None or g.seconds < best.seconds else best
-        res["cached" if use_cache else "uncached"] = best
-    c, u = res["cached"], res["uncached"]
+        _, runs[use_cache] = _best(
+            repeat, lambda c=use_cache: generate(model, tok, prompt, max_bytes=max_bytes, use_cache=c)
+        )
+    c, u = runs[True], runs[False]
+    prompts = [prompt, *BENCH_PROMPTS] * (1 + batch_size // (1 + len(BENCH_PROMPTS)))
+    prompts = prompts[:batch_size]
+    batched_s, batched = _best(
+        repeat, lambda: generate_batch(model, tok, prompts, max_bytes=max_bytes, batch_size=batch_size)
+    )
+    one_s, one = _best(repeat, lambda: [generate(model, tok, p, max_bytes=max_bytes) for p in prompts])
+    new_bytes = sum(g.new_bytes for g in batched)
     return {
         "max_bytes": max_bytes,
+        "device": str(next(model.parameters()).device),
+        "threads": torch.get_num_threads(),
         "patches": c.patches,
         "cached_bytes_per_sec": c.new_bytes / c.seconds,
         "uncached_bytes_per_sec": u.new_bytes / u.seconds,
@@ -70,4 +109,9 @@ def bench_generate(checkpoint: str, prompt: str, *, max_bytes: int, repeat: int 
         "uncached_patches_per_sec": u.patches / u.seconds,
         "speedup": u.seconds / c.seconds,
         "identical": c.text == u.text,
+        "batch_size": batch_size,
+        "batched_bytes_per_sec": new_bytes / batched_s,
+        "one_by_one_bytes_per_sec": sum(g.new_bytes for g in one) / one_s,
+        "batch_speedup": one_s / batched_s,
+        "batch_identical": [g.text for g in batched] == [g.text for g in one],
     }

@@ -1,4 +1,8 @@
-"""Load a trained model from a Composer checkpoint (monolithic `.pt`) for eval and generation, safely.
+"""Load a trained model for eval and generation, safely, from whatever hbpe writes.
+
+`load_model` reads a monolithic Composer `.pt`, a sharded FSDP2 checkpoint folder
+(training/consolidate.py reads its model weights in one process), a save folder, or a
+`hbpe export` directory (training/export.py: safetensors, no pickle at all).
 
 A `.pt` file is a zip archive around a pickle, and unpickling can call any Python
 function, so a crafted checkpoint would run code on `hbpe eval` or on resumption.
@@ -241,46 +245,70 @@ def composer_checkpoint_validator(path: str | os.PathLike, specs: list[tuple[int
 
 
 def resolve_checkpoint(path: str) -> Path:
-    """A checkpoint file, or a save folder (its `latest-rank0.pt`)."""
+    """A checkpoint file, a sharded checkpoint folder, or a save folder (its `latest-rank0.pt`, either kind)."""
     p = Path(path)
     if p.is_dir():
+        if (p / ".metadata").is_file():  # a sharded checkpoint folder itself (ep0-ba4/)
+            return p.resolve()
         latest = p / "latest-rank0.pt"
         if not latest.exists():
-            raise ArtifactError(f"{p} holds no latest-rank0.pt; pass a checkpoint file")
+            raise ArtifactError(
+                f"{p} holds no latest-rank0.pt; pass a checkpoint file, a sharded checkpoint folder (with .metadata), "
+                "a `hbpe train` save folder or a `hbpe export` directory"
+            )
         return latest.resolve()
     if not p.is_file():
         raise ArtifactError(f"checkpoint {p} does not exist")
     return p
 
 
-def load_model(path: str, *, device: str = "cpu") -> tuple[PatchLM, object, dict]:
-    """-> (model in eval mode, tokenizer, run metadata)."""
-    ckpt = resolve_checkpoint(path)
-    if ckpt.is_dir():  # latest-rank0.pt of an FSDP run with the sharded state dict (FSDP2's default)
-        raise ArtifactError(
-            f"{ckpt} is a sharded FSDP checkpoint; hbpe eval/generate read monolithic `.pt` files: train with "
-            "`fsdp: {version: 2, state_dict_type: full}`, or consolidate it with torch.distributed.checkpoint"
-        )
-    meta, tok = read_run_files(str(ckpt))
-    cfg = ModelConfig(**meta["model"])
-    model = build_model(cfg, VocabSpec.from_run_meta(meta, source=f"{find_run_dir(str(ckpt)) / RUN_FILE}"))
-    obj = safe_torch_load(ckpt)
-    try:
-        state = obj["state"]["model"]
-        weights = {k.removeprefix("model."): v for k, v in state.items()}
-    except (KeyError, TypeError, AttributeError) as e:
-        raise ArtifactError(
-            f"{ckpt}: not a monolithic Composer checkpoint (no state.model: {e!r}); sharded FSDP checkpoints "
-            "need `composer` to consolidate"
-        ) from None
+def load_weights(model: PatchLM, weights: dict[str, torch.Tensor], source: str, *, config: str = RUN_FILE) -> None:
+    """Every weight of `model` from `weights` (state-dict keys), or one ArtifactError naming what does not fit."""
     try:
         missing, unexpected = model.load_state_dict(weights, strict=False)
     except RuntimeError as e:  # a shape mismatch ("size mismatch for ...")
         detail = str(e).strip().splitlines()[-1].strip()[:200]
-        raise ArtifactError(f"{ckpt}: weights do not fit the model in hbpe_run.json ({detail})") from None
+        raise ArtifactError(f"{source}: weights do not fit the model in {config} ({detail})") from None
     if missing or unexpected:
         raise ArtifactError(
-            f"{ckpt}: weights do not fit the model in hbpe_run.json "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+            f"{source}: weights do not fit the model in {config} (missing {missing[:3]}, unexpected {unexpected[:3]})"
         )
+
+
+def _monolithic_weights(ckpt: Path) -> dict[str, torch.Tensor]:
+    obj = safe_torch_load(ckpt)
+    try:
+        state = obj["state"]["model"]
+        return {k.removeprefix("model."): v for k, v in state.items()}
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ArtifactError(
+            f"{ckpt}: not a Composer checkpoint (no state.model: {e!r}); pass one written by `hbpe train` or "
+            "`hbpe checkpoint consolidate`"
+        ) from None
+
+
+def load_model(path: str, *, device: str | torch.device = "cpu") -> tuple[PatchLM, Any, dict]:
+    """-> (model in eval mode on `device`, tokenizer, run metadata), from anything hbpe writes.
+
+    `path`: a monolithic `.pt`, a sharded (FSDP2, torch.distributed.checkpoint) checkpoint
+    folder, a save folder (its latest checkpoint, either kind), or a `hbpe export` directory.
+    Checkpoints build the model from `hbpe_run.json` beside them; an export from its own
+    `hbpe_model.json`. The model is whatever `build_model` builds from that config.
+    """
+    from hbpe.training.export import MODEL_FILE, load_exported
+
+    p = Path(path)
+    if p.is_dir() and (p / MODEL_FILE).is_file():
+        return load_exported(p, device=device)
+    ckpt = resolve_checkpoint(path)
+    meta, tok = read_run_files(str(ckpt))
+    cfg = ModelConfig(**meta["model"])
+    model = build_model(cfg, VocabSpec.from_run_meta(meta, source=f"{find_run_dir(str(ckpt)) / RUN_FILE}"))
+    if ckpt.is_dir():  # latest-rank0.pt of an FSDP run with the sharded state dict (FSDP2's default)
+        from hbpe.training.consolidate import read_sharded_model
+
+        weights = read_sharded_model(ckpt)
+    else:
+        weights = _monolithic_weights(ckpt)
+    load_weights(model, weights, str(ckpt))
     return model.to(device).eval(), tok, meta

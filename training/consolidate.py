@@ -1,0 +1,147 @@
+"""Sharded checkpoints (FSDP2's default): read their model weights in one process, or write them as one `.pt`.
+
+`hbpe train` with `fsdp: {version: 2}` saves each checkpoint as a torch.distributed.checkpoint
+(DCP) folder: `.metadata` plus one `__{rank}_0.distcp` per rank, every tensor split in chunks
+across the ranks that held it. `read_sharded_model` reassembles the model's tensors from any
+number of ranks into plain full tensors with torch's own planner, without a process group,
+and never unpickles anything unsafely:
+
+- `.metadata` goes through checkpoint.py's allow-list unpickler (torch's reader uses
+  `pickle.load`);
+- only tensor items are requested (their chunks are read with `torch.load(weights_only=True)`),
+  so the optimizer's, the timestamp's and the RNG's non-tensor items are never opened;
+- every data file named in the metadata must be a plain name inside the folder.
+
+`consolidate_checkpoint` writes those weights as a monolithic checkpoint (`state.model`, the
+layout `load_model` and `safe_torch_load` read) inside the run folder, for tools that want
+one file. It holds the model only: resume training from the sharded folder (DCP reshards to
+any number of processes).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hbpe.schemas.errors import ArtifactError, ConfigError
+from hbpe.training.checkpoint import _FIX, _dcp_metadata, resolve_checkpoint
+from hbpe.training.export import write_file_atomic
+from hbpe.training.run_files import find_run_dir
+
+MODEL_PREFIX = "state.model."  # Composer's state dict: state.model.<ComposerModel attribute `model`>.<fqn>
+
+
+def _check_data_files(folder: Path, md: Any) -> None:
+    for info in md.storage_data.values():
+        name = info.relative_path
+        if not (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name):
+            raise ArtifactError(f"sharded checkpoint {folder}: data file {name!r} is outside the folder; {_FIX}")
+
+
+def _safe_reader(folder: Path):
+    """torch's FileSystemReader with hbpe's `.metadata` unpickler, reading tensors only."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
+    from torch.distributed.checkpoint.planner import LoadItemType
+
+    class SafeReader(FileSystemReader):
+        def read_metadata(self):  # torch's: pickle.load
+            md = _dcp_metadata(folder)
+            if getattr(md, "storage_meta", None) is None:
+                md.storage_meta = StorageMeta()
+            md.storage_meta.load_id = self.load_id
+            return md
+
+        def read_data(self, plan, planner):
+            for item in plan.items:  # a non-tensor item is a torch.save blob torch loads with weights_only=False
+                if item.type == LoadItemType.BYTE_IO:
+                    raise ArtifactError(f"sharded checkpoint {folder}: refusing to read non-tensor item {item}")
+            return super().read_data(plan, planner)
+
+    return SafeReader(str(folder))
+
+
+def read_sharded_model(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The model's weights from a DCP checkpoint folder -> {fqn: full tensor}, keys as `PatchLM.state_dict()`."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    folder = Path(folder)
+    md = _dcp_metadata(folder)
+    _check_data_files(folder, md)
+    prefix = MODEL_PREFIX + "model."
+    state = {
+        fqn: torch.empty(item.size, dtype=item.properties.dtype)
+        for fqn, item in md.state_dict_metadata.items()
+        if fqn.startswith(prefix) and isinstance(item, TensorStorageMetadata)
+    }
+    if not state:
+        raise ArtifactError(f"sharded checkpoint {folder} holds no model weights (no {prefix}* tensors); {_FIX}")
+    with warnings.catch_warnings():  # "torch.distributed is ... uninitialized, assuming ... a single process": yes
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.distributed")
+        try:
+            dcp.load(state, storage_reader=_safe_reader(folder), no_dist=True)
+        except CheckpointException as e:  # a BaseException around what the reader raised (a missing, short file)
+            exc = next(iter(e.failures.values()))[0]
+            if isinstance(exc, ArtifactError):
+                raise exc from None
+            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:200]
+            raise ArtifactError(
+                f"sharded checkpoint {folder} is damaged ({type(exc).__name__}: {detail}); {_FIX}"
+            ) from None
+    return {k.removeprefix(prefix): v for k, v in state.items()}
+
+
+def default_output(ckpt: Path) -> Path:
+    """run/ep0-ba4/ -> run/ep0-ba4-consolidated.pt, beside it in the run folder."""
+    return ckpt.parent / f"{ckpt.name}-consolidated.pt"
+
+
+def consolidate_checkpoint(checkpoint: str, out: str | None = None, *, overwrite: bool = False) -> dict[str, Any]:
+    """A sharded checkpoint (folder, or a save folder whose latest is one) -> one monolithic `.pt` of its model.
+
+    The output stays inside the run folder (eval and generate read `hbpe_run.json` and
+    `tokenizer/` beside a checkpoint); for a self-contained copy elsewhere use `hbpe export`.
+    """
+    from hbpe.training.checkpoint import load_model
+
+    t0 = time.perf_counter()
+    ckpt = resolve_checkpoint(checkpoint)
+    if not ckpt.is_dir():
+        raise ConfigError(
+            f"{ckpt} is already a monolithic checkpoint (one file): nothing to consolidate; pass a sharded checkpoint "
+            "folder (with .metadata) or the save folder of an FSDP2 run"
+        )
+    target = Path(out) if out else default_output(ckpt)
+    run = find_run_dir(str(ckpt))
+    try:
+        target_run = find_run_dir(str(target))
+    except ArtifactError:
+        target_run = None
+    if target_run != run:
+        raise ConfigError(
+            f"--out {target}: a consolidated checkpoint must stay inside its run folder {run} (eval reads "
+            "hbpe_run.json and tokenizer/ beside it); omit --out, or use `hbpe export` for a self-contained copy"
+        )
+    if target.is_dir():
+        raise ConfigError(f"--out {target} is a directory; pass a file name ending in .pt")
+    if target.exists() and not overwrite:
+        raise ConfigError(f"{target} exists; pass --overwrite to replace it, or choose another --out")
+    model, _, _ = load_model(str(ckpt))  # reassembled, and checked against hbpe_run.json
+    weights = {f"model.{k}": v for k, v in model.state_dict().items()}  # tied tensors: one storage, saved once
+    blob = {"state": {"model": weights}, "consolidated_from": ckpt.name}
+    write_file_atomic(target, lambda tmp: torch.save(blob, tmp))
+    return {
+        "checkpoint": str(ckpt),
+        "out": str(target),
+        "tensors": len(weights),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "bytes": target.stat().st_size,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
