@@ -10,8 +10,9 @@ import torch
 
 from hbpe.schemas.errors import ArtifactError
 from hbpe.training.checkpoint import load_model
-from hbpe.training.data import build_dataloader
+from hbpe.training.data import build_dataloader, check_compatible, read_manifest
 from hbpe.training.patch_io import IGNORE, cross_entropy_sum
+from hbpe.training.schemes import build_scheme
 
 
 @torch.inference_mode()
@@ -32,9 +33,20 @@ def evaluate(
 
     model, tok, meta = load_model(checkpoint, device=device)
     device = next(model.parameters()).device
+    manifest = read_manifest(data)
+    # the model's own scheme (bytes, space, entropy patches, ... from the same `tokens` column)
+    scheme = build_scheme(model.cfg, tok, derive=check_compatible(manifest, tok, where=data).derive)
     with tempfile.TemporaryDirectory(prefix="hbpe-eval-") as cache:
         dl = build_dataloader(
-            data, tok, batch_size=batch_size, cache_dir=cache, shuffle=False, shuffle_seed=0, drop_last=False
+            data,
+            tok,
+            batch_size=batch_size,
+            cache_dir=cache,
+            shuffle=False,
+            shuffle_seed=0,
+            drop_last=False,
+            manifest=manifest,
+            scheme=scheme,
         )
         total = len(dl) if max_batches is None else min(len(dl), max_batches)
         bar = tqdm(total=total, unit="batch", desc="eval", file=sys.stderr, disable=not progress, dynamic_ncols=True)
@@ -50,7 +62,7 @@ def evaluate(
                     cross_entropy_sum(logits, targets).double(),
                     (targets != IGNORE).sum().double(),
                     batch["target_bytes"].sum().double(),
-                    (batch["tokens"][:, 1:] >= 0).sum().double(),
+                    batch["text_positions"].sum().double(),
                 ]
             )
             bar.update(1)
@@ -73,7 +85,7 @@ def evaluate(
         "symbols_per_patch": symbols / max(text_patches, 1),  # predicted symbols (EOD patches included)
         "bytes": nbytes,
         "symbols": symbols,
-        "max_patch_size": tok.max_patch_size,
+        "max_patch_size": tok.max_patch_size if model.cfg.io == "hierarchical" else None,
         "io": meta["model"]["io"],
         "device": str(device),
     }

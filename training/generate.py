@@ -194,11 +194,16 @@ def generate_batch(
     the same prompt given twice gives two samples. Without the cache, prompts run one at a
     time through the modules (the reference).
     """
-    if model.cfg.io != "hierarchical":
+    io = model.cfg.io
+    if io == "bpe":
         raise HbpeError(
-            "generation is implemented for the hierarchical (BPE-patch) model; "
-            f"this checkpoint has model.io={model.cfg.io}"
+            "generation is implemented for the patch models (hierarchical, space, entropy) and bytes; "
+            "this checkpoint has model.io=bpe (the embedding baseline), whose samples hbpe does not decode"
         )
+    if io in ("space", "entropy"):
+        from hbpe.training.byte_generation import byte_symbols_for
+
+        tok = byte_symbols_for(model)  # bytes + EOP patches, cut by the model's scheme
     if not prompts:
         raise ConfigError("no prompts to continue; pass at least one, e.g. --prompt 'The State of the Union'")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -208,7 +213,12 @@ def generate_batch(
     limit = max_patches or max(4 * max_bytes, 16)
     rows = []
     for i, prompt in enumerate(prompts):
-        context = [[EOD]] + [row[row != PAD].tolist() for row in tok.patches(tok.encode(prompt))]
+        if io == "hierarchical":
+            context = [[EOD]] + [row[row != PAD].tolist() for row in tok.patches(tok.encode(prompt))]
+        elif io == "bytes":
+            context = [[EOD]] + [[b] for b in prompt.encode("utf-8")]  # one latent position per byte
+        else:
+            context = [[EOD], *tok.prompt_patches(prompt)]
         room = model.cfg.max_patches - len(context)
         if room < 1:
             which = "the prompt" if len(prompts) == 1 else f"prompt {i + 1} of {len(prompts)}"
@@ -218,6 +228,12 @@ def generate_batch(
             )
         gen = torch.Generator(device="cpu").manual_seed((seed + i) % (MAX_SEED + 1))
         rows.append(_Row(prompt, context, room, limit, max_bytes, gen))
+    if io == "bytes":
+        from hbpe.training.byte_generation import generate_bytes
+
+        for row in rows:
+            generate_bytes(model, row, temperature, use_cache=use_cache, choose=_choose)
+        return [r.result() for r in rows]
     for start in range(0, len(rows), batch_size if use_cache else 1):
         chunk = rows[start : start + batch_size]
         if use_cache:

@@ -176,9 +176,24 @@ def test_every_scheme_trains_from_the_same_shards(sample_shards, tmp_path):
     ):
         out = train(load_config("tiny", [*base, f"save_folder={tmp_path / io}", f"model.io={io}", *extra]))
         results[io] = out["eval"]["BitsPerByte"]
-        assert 0 < results[io] < 8.5, (io, results[io])  # below uniform over bytes + markers (log2 258 ~ 8.01)
     meta = json.loads((tmp_path / "entropy" / "hbpe_run.json").read_text())
     assert meta["model"]["entropy_threshold"] > 0  # chosen on the shards and recorded for eval
+
+    from hbpe.training.checkpoint import load_model
+    from hbpe.training.evaluate import evaluate
+    from hbpe.training.generate import generate
+
+    for io in results:
+        # `hbpe eval` cuts the same patches (the recorded threshold) and scores the same samples as training did
+        again = evaluate(str(tmp_path / io), str(eval_dir), batch_size=8, max_batches=2)
+        assert again["bpb"] == pytest.approx(results[io], rel=1e-5), io
+        model, tok, _ = load_model(str(tmp_path / io))
+        uniform = math.log2(model.io.vocab_size) * again["symbols"] / again["bytes"]  # a uniform guess, in BPB
+        assert 0 < again["bpb"] < 0.95 * uniform, (io, again["bpb"], uniform)  # 12 batches learn something
+        # the byte schemes generate, with KV caches exactly as without
+        fast = generate(model, tok, "The Union", max_bytes=40, use_cache=True)
+        slow = generate(model, tok, "The Union", max_bytes=40, use_cache=False)
+        assert fast.text == slow.text and fast.new_bytes > 0, io
 
 
 def test_flops_table_measures_every_scheme_on_the_shards(sample_shards, gpt2_tokenizer):
