@@ -31,13 +31,10 @@ def flops_cmd(
     from hbpe.training.trainer import resolve_tokenizer
 
     cfg = load_config(config, list(overrides))
-    if data is not None:
-        import dataclasses
-
-        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, train=data))
+    shards = data or cfg.data.train_sources[0]  # with data.streams: the first stream
     tok, _ = resolve_tokenizer(cfg)
-    rows = flops_table(cfg.model_config, tok, cfg.data.train, input_bytes=input_bytes, samples=samples)
-    _emit(rows, as_json, lambda rs: f"forward pass on {input_bytes} bytes of {cfg.data.train}\n" + render_table1(rs))
+    rows = flops_table(cfg.model_config, tok, shards, input_bytes=input_bytes, samples=samples)
+    _emit(rows, as_json, lambda rs: f"forward pass on {input_bytes} bytes of {shards}\n" + render_table1(rs))
 
 
 @click.command("experiment")

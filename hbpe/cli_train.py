@@ -41,9 +41,10 @@ def train_cmd(
 ) -> None:
     """Train from a YAML config (a path or tiny/small/medium) with key=value overrides.
 
+    \b
     Example: hbpe train tiny data.train=runs/demo/shards-train max_duration=200ba
-
-    On N nodes, run on each: hbpe train CONFIG ... --nproc 8 --nnodes N --node-rank R --master-addr A --master-port P
+    On N nodes, the same command on every node R = 0..N-1:
+      hbpe train small ... --nproc 8 --nnodes N --node-rank R --master-addr NODE0 --master-port 29500
     """
     from hbpe.schemas.errors import ConfigError
     from hbpe.training.config_io import load_config
@@ -54,7 +55,7 @@ def train_cmd(
     if cfg.global_batch_size % world:
         raise ConfigError(
             f"global_batch_size {cfg.global_batch_size} is not divisible by the {world} processes "
-            f"({nnodes} nodes x {nproc}); e.g. global_batch_size={world * max(1, cfg.global_batch_size // world)}"
+            f"(--nnodes {nnodes} x --nproc {nproc}); e.g. global_batch_size={world * max(1, cfg.global_batch_size // world)}"
         )
     if world > 1:
         nodes = dict(nnodes=nnodes, node_rank=node_rank, master_addr=master_addr, master_port=master_port)

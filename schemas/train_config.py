@@ -38,6 +38,28 @@ DEVICES = ("auto", "cpu", "gpu", "mps")
 # URI schemes mosaicml-streaming can read shards from (streaming.base.storage.download.DOWNLOADER_MAPPINGS);
 # `file://` is a local path and is read as one
 URI_SCHEMES = ("s3", "gs", "oci", "azure", "azure-dl", "hf", "dbfs", "sftp", "alipan")
+# streaming 0.13's shuffle algorithms (streaming.base.shuffle.algos); py1e is its default
+SHUFFLE_ALGOS = ("py1e", "py1br", "py1s", "py2s", "naive")
+# Composer's experiment trackers a `loggers:` block can name (composer.loggers); training/loggers.py builds them
+LOGGERS = ("tensorboard", "wandb", "mlflow")
+# Composer's callbacks a `callbacks:` block can name, as llm-foundry spells them (training/loggers.py builds them)
+CALLBACKS = (
+    "speed_monitor",
+    "lr_monitor",
+    "memory_monitor",
+    "optimizer_monitor",
+    "runtime_estimator",
+    "nan_monitor",
+    "activation_monitor",
+    "early_stopper",
+    "threshold_stopper",
+    "memory_snapshot",
+    "oom_observer",
+    "system_metrics_monitor",
+)
+# streaming's cache_limit text (streaming.base.util.bytes_to_int): a number and a unit in powers of 1024
+_BYTE_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}
+_BYTES = re.compile(r"(\d+(?:\.\d+)?)\s*(" + "|".join(_BYTE_UNITS) + ")", re.IGNORECASE)
 # Composer's seeds are numpy's: 0 <= seed < 2**32 (composer.utils.reproducibility.seed_all)
 MAX_SEED = 2**32 - 1
 # PyYAML reads `3e-4` (no dot) as a string; a float field takes such text as the number it spells
@@ -51,6 +73,20 @@ _EXAMPLES = {
     "data.max_patch_size": "data.max_patch_size=8",
     "data.mode": "data.mode=minimal",
     "data.cache_dir": "data.cache_dir=/tmp/hbpe-stream-cache",
+    "data.streams": "'data.streams=[{remote: runs/a, proportion: 0.7}, {remote: runs/b, proportion: 0.3}]'",
+    "data.cache_limit": "data.cache_limit=10gb",
+    "data.num_canonical_nodes": "data.num_canonical_nodes=8",
+    "data.predownload": "data.predownload=64",
+    "data.shuffle_block_size": "data.shuffle_block_size=262144",
+    "data.epoch_size": "data.epoch_size=100000",
+    # a stream is an item of the data.streams list: its examples are that item, as YAML
+    "data.streams.remote": "{remote: runs/demo/shards-train, proportion: 0.5}",
+    "data.streams.local": "{remote: gs://bucket/shards, local: /tmp/stream-a}",
+    "data.streams.proportion": "{remote: runs/demo/shards-train, proportion: 0.5}",
+    "data.streams.repeat": "{remote: runs/demo/shards-train, repeat: 2}",
+    "data.streams.choose": "{remote: runs/demo/shards-train, choose: 1000}",
+    "loggers": "'loggers={tensorboard: {log_dir: runs/tb}}'",
+    "callbacks": "'callbacks={memory_monitor: {}}'",
     "model": "model.latent_layers=4",
     "model.entropy_model": "model.entropy_model=runs/bytes/latest-rank0.pt",
     "model.entropy_threshold": "model.entropy_threshold=1.5",
@@ -96,6 +132,10 @@ def _convert(value: Any, tp: Any) -> Any:
         if not math.isfinite(number):  # .inf / nan would poison the optimizer silently
             raise _Mismatch
         return number
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: a list of any length
+        if not isinstance(value, (list, tuple)):
+            raise _Mismatch
+        return tuple(_convert_item(v, args[0], i) for i, v in enumerate(value))
     if origin is tuple:
         if isinstance(value, (list, tuple)) and len(value) == len(args) and Ellipsis not in args:
             return tuple(_convert(v, a) for v, a in zip(value, args))
@@ -113,10 +153,26 @@ def _convert(value: Any, tp: Any) -> Any:
     raise _Mismatch
 
 
+def _convert_item(value: Any, tp: Any, index: int) -> Any:
+    """Item `index` of a list field; a section's own messages then name it `data.streams[1].proportion`."""
+    try:
+        return _convert(value, tp)
+    except ConfigError as e:
+        section = getattr(tp, "_section", "")
+        if not section:
+            raise
+        raise ConfigError(str(e).replace(f"{section}.", f"{section}[{index}].")) from None
+
+
 def _expected(tp: Any) -> str:
     origin, args = get_origin(tp), get_args(tp)
     if origin in (Union, types.UnionType):
         return " or ".join(_expected(a) for a in args)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = args[0]
+        if isinstance(item, type) and is_dataclass(item):
+            return f"a list of sections with keys {', '.join(f.name for f in fields(item))}"
+        return f"a list of {_expected(item)}"
     names = {type(None): "null", bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
     if tp in names:
         return names[tp]
@@ -376,19 +432,95 @@ def _model_config(size: str, overrides: dict[Any, Any]) -> ModelConfig:
     return ModelConfig.from_dict({**MODEL_SIZES[size], **overrides})  # unknown keys are named as model.KEY
 
 
+def byte_count(value: int | str) -> int:
+    """streaming's cache_limit as bytes: `10gb` -> 10 * 2**30 (its units are powers of 1024)."""
+    if isinstance(value, int):
+        return value
+    m = _BYTES.fullmatch(value.strip())
+    if m is None:
+        raise ValueError(value)
+    return int(float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()])
+
+
+@dataclass(frozen=True)
+class StreamConfig(_Section):
+    """One stream of a training mix: streaming's `Stream` (its shards, its cache, its weight).
+
+    At most one weight: `proportion` (relative: the share of an epoch drawn from this stream),
+    `repeat` (absolute: how many times each sample is drawn per epoch; 0.5 = half of them) or
+    `choose` (absolute: samples per epoch). None of the three: every sample once.
+    """
+
+    _section: ClassVar[str] = "data.streams"
+
+    remote: str = ""  # shard directory or URI from `hbpe convert`
+    local: str | None = None  # this stream's cache (default: under data.cache_dir)
+    proportion: float | None = None
+    repeat: float | None = None
+    choose: int | None = None
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        if not self.remote:
+            raise ConfigError(
+                f"data.streams.remote is empty: every stream needs its shards; e.g. {self._example_of('remote')}"
+            )
+        object.__setattr__(self, "remote", _local_or_uri("data.streams.remote", self.remote))
+        if self.local is not None and "://" in self.local:
+            raise ConfigError(
+                f"data.streams.local={self.local}: a stream's cache is a local directory, not a URI; "
+                f"e.g. {self._example_of('local')}"
+            )
+        given = [name for name in ("proportion", "repeat", "choose") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ConfigError(
+                f"data.streams.{given[1]}={_scalar(getattr(self, given[1]))}: the stream {self.remote} is already "
+                f"weighed by {given[0]}; streaming's Stream takes one of proportion, repeat, choose; "
+                f"e.g. {self._example_of(given[0])}"
+            )
+        for name in given:
+            value = getattr(self, name)
+            _check_range(f"data.streams.{name}", value > 0, value, "must be > 0", self._example_of(name))
+
+    @property
+    def relative(self) -> bool:
+        return self.proportion is not None
+
+    @property
+    def absolute(self) -> bool:
+        return self.repeat is not None or self.choose is not None
+
+
 @dataclass(frozen=True)
 class DataConfig(_Section):
+    """Training and eval shards, and how streaming reads them.
+
+    `train` (one shard directory) or `streams` (a mix of several, each weighted). The sample
+    order is a function of the shards, the weights, `shuffle_seed`, `shuffle_algo`,
+    `shuffle_block_size` and `num_canonical_nodes`, not of the devices: streaming saves it in
+    every checkpoint, so a run resumes on another number of nodes in the same order.
+    """
+
     _section: ClassVar[str] = "data"
 
-    train: str = ""  # shard directory or URI from `hbpe convert`
+    train: str | None = ""  # shard directory or URI from `hbpe convert` (null when data.streams mixes several)
     eval: str | None = None  # held-out shards
-    tokenizer: str | None = None  # default: the shards' own tokenizer copy
+    streams: tuple[StreamConfig, ...] | None = None  # several training streams, each with its weight
+    tokenizer: str | None = None  # default: the (first) training shards' own tokenizer copy
     max_patch_size: int | None = None  # re-patch `tokens` with another S (same first stage)
     mode: str | None = None
     cache_dir: str | None = None  # streaming's local cache (default: under the save folder)
     shuffle: bool = True
     shuffle_seed: int = 17
     num_workers: int = 0
+    # streaming's knobs (null: streaming's own default). num_canonical_nodes null = the number of nodes of the
+    # run that starts (64x that for py1s/py2s); it is saved in checkpoints, so a resumed run keeps its order
+    num_canonical_nodes: int | None = None
+    predownload: int | None = None  # samples each worker downloads ahead (null: 8 x the device batch)
+    cache_limit: int | str | None = None  # bytes or `10gb`: evict cached shards beyond it (null: keep all)
+    shuffle_algo: str = "py1e"
+    shuffle_block_size: int | None = None  # null: max(4_000_000 // num_canonical_nodes, 2**18)
+    epoch_size: int | None = None  # samples per epoch drawn across the streams (null: by their weights)
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -403,6 +535,71 @@ class DataConfig(_Section):
             "data.shuffle_seed", 0 <= seed <= MAX_SEED, seed, f"must be in 0..{MAX_SEED}", "data.shuffle_seed=17"
         )
         _check_range("data.num_workers", self.num_workers >= 0, self.num_workers, "must be >= 0", "data.num_workers=2")
+        for name in ("num_canonical_nodes", "predownload", "shuffle_block_size", "epoch_size"):
+            value = getattr(self, name)
+            _check_range(f"data.{name}", value is None or value >= 1, value, "must be >= 1", self._example_of(name))
+        _check_choice("data.shuffle_algo", self.shuffle_algo, SHUFFLE_ALGOS)
+        self._check_cache_limit()
+        self._check_streams()
+
+    def _check_cache_limit(self) -> None:
+        if self.cache_limit is None:
+            return
+        try:
+            limit = byte_count(self.cache_limit)
+        except ValueError:
+            raise ConfigError(
+                f"data.cache_limit: got {_show(self.cache_limit)}, expected bytes or a size with a unit "
+                f"({', '.join(_BYTE_UNITS)}); e.g. data.cache_limit=10gb"
+            ) from None
+        _check_range("data.cache_limit", limit >= 1, self.cache_limit, "must be > 0", "data.cache_limit=10gb")
+
+    def _check_streams(self) -> None:
+        """data.train or data.streams, and weights streaming can apply (its Stream.validate_weights)."""
+        if self.streams is None:
+            return
+        if self.train:
+            raise ConfigError(
+                f"data.train={self.train} and data.streams are both set; train on one: data.train=null to mix "
+                "data.streams, or data.streams=null"
+            )
+        if not self.streams:
+            raise ConfigError(f"data.streams is empty: list at least one stream; e.g. {self._example_of('streams')}")
+        for key in ("remote", "local"):
+            seen: dict[str, int] = {}
+            for i, s in enumerate(self.streams):
+                value = getattr(s, key)
+                if value is not None and value in seen:
+                    fix = "weigh it once with repeat: 2" if key == "remote" else "give each stream its own cache"
+                    raise ConfigError(
+                        f"data.streams[{i}].{key}={value} repeats data.streams[{seen[value]}].{key}; {fix}"
+                    )
+                if value is not None:
+                    seen[value] = i
+        first = self.streams[0]
+        for i, s in enumerate(self.streams[1:], start=1):
+            if s.relative != first.relative:
+                has, lacks = (0, i) if first.relative else (i, 0)
+                raise ConfigError(
+                    f"data.streams[{has}] has a proportion and data.streams[{lacks}] has none; streaming weighs "
+                    "every stream by proportion (relative) or none of them (repeat, choose, or every sample once)"
+                )
+        if self.epoch_size is not None and any(s.absolute for s in self.streams):
+            raise ConfigError(
+                f"data.epoch_size={self.epoch_size} with repeat/choose weights, which fix the epoch themselves; "
+                "weigh the streams by proportion, or set data.epoch_size=null"
+            )
+
+    @property
+    def train_sources(self) -> tuple[str, ...]:
+        """The training shard directories: data.train, or every stream's remote in order."""
+        if self.streams:
+            return tuple(s.remote for s in self.streams)
+        return (self.train,) if self.train else ()
+
+    @property
+    def cache_limit_bytes(self) -> int | None:
+        return None if self.cache_limit is None else byte_count(self.cache_limit)
 
 
 @dataclass(frozen=True)
@@ -460,6 +657,12 @@ class TrainConfig(_Section):
     log_interval: str = "10ba"
     console: bool = True  # Composer's console logger (metrics every log_interval, eval progress)
     log_file: str | None = "train.log"
+    # experiment trackers, Composer's loggers by name with their arguments: {tensorboard: {log_dir: ...}, wandb:
+    # {project: ...}, mlflow: {tracking_uri: ...}} (null arguments: the defaults); training/loggers.py builds them
+    loggers: dict[str, Any] = field(default_factory=dict)
+    # Composer's callbacks by llm-foundry's names with their arguments: {memory_monitor: {}, ...}; speed_monitor
+    # and lr_monitor always run (their arguments can be given here)
+    callbacks: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # time strings first: `max_duration=100` gets the message about units, not "expected a string"
@@ -488,9 +691,24 @@ class TrainConfig(_Section):
         _check_range("save_num_checkpoints_to_keep", k >= -1, k, "-1 (all) or >= 0", "save_num_checkpoints_to_keep=3")
         for name in ("run_name", "save_folder"):
             _check_range(name, bool(getattr(self, name)), "''", "must not be empty", self._example_of(name))
-        if not self.data.train:
-            raise ConfigError("data.train is empty: set it to a shard directory from `hbpe convert`")
+        if not self.data.train_sources:
+            raise ConfigError(
+                "data.train is empty: set it to a shard directory from `hbpe convert` (or mix several with data.streams)"
+            )
+        self._check_loggers()
         _model_config(self.model_size, self.model)  # validates the model block early
+
+    def _check_loggers(self) -> None:
+        """Names and argument blocks only: the arguments themselves are checked against Composer's classes."""
+        for key, known in (("loggers", LOGGERS), ("callbacks", CALLBACKS)):
+            block = getattr(self, key)
+            for name, args in block.items():
+                if name not in known:
+                    near = difflib.get_close_matches(str(name), known, n=1)
+                    hint = f" (did you mean {key}.{near[0]}?)" if near else ""
+                    raise ConfigError(f"unknown {key[:-1]} {key}.{name}{hint}; known: {', '.join(known)}")
+                if args is not None and not isinstance(args, dict):
+                    raise _fail(f"{key}.{name}", args, "a mapping of its arguments or null", f"{key}.{name}={{}}")
 
     def _check_warmup_unit(self) -> None:
         """Composer's warm-up schedulers need optim.warmup in max_duration's unit (even a 0 warm-up)."""

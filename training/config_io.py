@@ -1,9 +1,14 @@
-"""YAML configs with dotted `key=value` overrides -> a validated TrainConfig.
+"""YAML configs with dotted `key=value` overrides -> a validated TrainConfig, as llm-foundry does it.
+
+OmegaConf merges the YAML and the overrides and resolves interpolations (`${run_name}`,
+`${oc.env:HOME}`, `???` for a value that must be given); the plain result is then validated
+by the typed dataclasses of schemas/train_config.py, so a wrong type, an unknown key or an
+interpolation that does not resolve is one ConfigError line naming the key.
 
 `load_config` is the entry every caller uses (the CLI, the demo, Composer's launcher ranks):
-after the types (schemas/train_config.py) it checks what only this machine can tell, that
-the local paths exist and the device is there, so `hbpe train tiny` run before `make demo`
-or from another directory says which path is missing and how to set it.
+after the types it checks what only this machine can tell, that the local paths exist and
+the device is there, so `hbpe train tiny` run before `make demo` or from another directory
+says which path is missing and how to set it.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import GrammarParseError, MissingMandatoryValue, OmegaConfBaseException
 
-from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.errors import ConfigError, one_line
 from hbpe.schemas.train_config import TrainConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -32,12 +39,31 @@ def resolve_config_path(path: str) -> Path:
     raise ConfigError(f"config {path!r} {what}; pass a YAML file or one of the shipped configs: {names}")
 
 
-def _one_line(e: Exception) -> str:
-    return " ".join(str(e).split())
+_INTERPOLATION_HINT = (
+    "an interpolation names a key from the top (e.g. ${run_name}, ${data.train}) or an environment variable "
+    "(${oc.env:NAME}); write \\${ for a literal ${"
+)
 
 
-def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """`data.train=runs/x` `optim.lr=3e-4` -> nested updates; values parse as YAML scalars."""
+def _omega_problem(e: OmegaConfBaseException) -> str:
+    """OmegaConf's message without its `full_key: ... object_type=...` trailer lines."""
+    return one_line(str(e).split("\n    full_key:", 1)[0])
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        # text that is not a YAML scalar (`[0.9`, `a: b: c`) stays the text: the type check then says what fits
+        return raw
+
+
+def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """`data.train=runs/x` `optim.lr=3e-4` onto the config (OmegaConf's dotlist); values parse as YAML.
+
+    `key=VALUE` sets the whole value, a mapping or list included (`fsdp={version: 2}` replaces the fsdp block);
+    dotted keys reach into sections and lists (`data.streams.1.proportion=0.3`).
+    """
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not key=value (e.g. optim.lr=3e-4)")
@@ -45,19 +71,29 @@ def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
         parts = key.split(".")
         if not all(parts):
             raise ConfigError(f"override {item!r} has an empty key part; write dotted keys like optim.lr=3e-4")
-        cur = d
-        for i, p in enumerate(parts[:-1]):
-            cur = cur.setdefault(p, {})
-            if not isinstance(cur, dict):
-                section = ".".join(parts[: i + 1])
+        for i in range(1, len(parts)):  # OmegaConf would silently turn a value into a section
+            section = ".".join(parts[:i])
+            cur = OmegaConf.select(cfg, section, default=None, throw_on_resolution_failure=False)
+            if cur is not None and not isinstance(cur, (DictConfig, ListConfig)):
                 raise ConfigError(f"override {key}: {section} is {cur!r}, not a section; set {section}.KEY=VALUE only")
         try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            # text that is not a YAML scalar (`[0.9`, `a: b: c`) stays the text: the type check then says what fits
-            value = raw
-        cur[parts[-1]] = value
-    return d
+            OmegaConf.update(cfg, key, _parse_value(raw), merge=False)
+        except GrammarParseError as e:  # OmegaConf parses an interpolation as it is set
+            raise ConfigError(f"override {item!r}: {_omega_problem(e)}; {_INTERPOLATION_HINT}") from None
+        except OmegaConfBaseException as e:
+            raise ConfigError(f"override {item!r}: {_omega_problem(e)}") from None
+    return cfg
+
+
+def resolve(cfg: DictConfig) -> dict[str, Any]:
+    """Every `${...}` interpolation resolved and every `???` filled, as a plain dict for the dataclasses."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
+    except MissingMandatoryValue as e:
+        raise ConfigError(f"{e.full_key} is ??? (a value the config leaves to you); set {e.full_key}=VALUE") from None
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "the config"
+        raise ConfigError(f"{key}: {_omega_problem(e)}; {_INTERPOLATION_HINT}") from None
 
 
 def check_local(cfg: TrainConfig) -> None:
@@ -77,10 +113,12 @@ def check_local(cfg: TrainConfig) -> None:
     }
     values = {"data.train": cfg.data.train, "data.eval": cfg.data.eval, "data.tokenizer": cfg.data.tokenizer}
     values["load_path"] = cfg.load_path
+    for i, stream in enumerate(cfg.data.streams or ()):
+        values[f"data.streams[{i}].remote"] = stream.remote
     for key, value in values.items():
         if not value or "://" in value:
             continue
-        kind, placeholder, fix = hints[key]
+        kind, placeholder, fix = hints.get(key, hints["data.train"])
         p = Path(value)
         where = "" if p.is_absolute() else f" (relative to the current directory {Path.cwd()})"
         if not p.exists():
@@ -118,7 +156,7 @@ def load_config(path: str, overrides: list[str] | None = None, *, check_paths: b
     try:
         d = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: invalid YAML ({_one_line(e)}); fix the file or pass a shipped config") from e
+        raise ConfigError(f"{p}: invalid YAML ({one_line(str(e))}); fix the file or pass a shipped config") from e
     except UnicodeDecodeError as e:
         raise ConfigError(f"{p}: not UTF-8 text (byte {e.start}); pass a YAML config file") from e
     if d is None:
@@ -127,7 +165,12 @@ def load_config(path: str, overrides: list[str] | None = None, *, check_paths: b
         raise ConfigError(
             f"{p}: the top level is {type(d).__name__}, not a mapping of config keys; write it like `max_duration: 100ba`"
         )
-    cfg = TrainConfig.from_dict(apply_overrides(d, list(overrides or [])))
+    try:
+        merged = OmegaConf.create(d)
+    except OmegaConfBaseException as e:  # a bad ${...}, or a YAML value OmegaConf cannot hold (a date)
+        fix = _INTERPOLATION_HINT if isinstance(e, GrammarParseError) else "quote it to make it text"
+        raise ConfigError(f"{p}: {getattr(e, 'full_key', None) or 'a value'}: {_omega_problem(e)}; {fix}") from None
+    cfg = TrainConfig.from_dict(resolve(apply_overrides(merged, list(overrides or []))))
     if check_paths:
         check_local(cfg)
     return cfg

@@ -10,11 +10,12 @@ The run's tokenizer is checked against the shards' manifest:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +63,7 @@ class ShardCheck:
     bytes: int
     seconds: float
     validate_hash: str | None  # an algorithm every shard's index entry records
+    max_shard_bytes: int = 0  # the largest shard's raw + zip bytes: what streaming's cache must hold at once
 
 
 def check_shards(shards: str, cache_dir: str, *, hashes: bool = True, manifest: Manifest | None = None) -> ShardCheck:
@@ -123,7 +125,8 @@ def check_shards(shards: str, cache_dir: str, *, hashes: bool = True, manifest: 
         nbytes += size if hashes else 0
     algos = set.intersection(*(set(e["zip_data"]["hashes"]) for e in index["shards"])) if index["shards"] else set()
     algo = "xxh64" if "xxh64" in algos else min(algos, default=None)
-    return ShardCheck(shard_files, cached_files, nbytes, time.perf_counter() - t, algo)
+    largest = max((e["raw_data"]["bytes"] + e["zip_data"]["bytes"] for e in index["shards"]), default=0)
+    return ShardCheck(shard_files, cached_files, nbytes, time.perf_counter() - t, algo, largest)
 
 
 @dataclass(frozen=True)
@@ -256,6 +259,8 @@ def _one_dataset_setup_at_a_time() -> Iterator[None]:
 
     Only a job's local leader takes the lock: it alone picks the prefix, and the other ranks of
     its job meet it at streaming's barriers inside the constructor, so they must not wait for it.
+    Those barriers span every node, so two "nodes" of one job simulated on one machine need a
+    TMPDIR each (this lock) and a /dev/shm each (streaming's names), as tests/training/test_multinode.py gives them.
     """
     import fcntl
 
@@ -270,8 +275,87 @@ def _one_dataset_setup_at_a_time() -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+@dataclass(frozen=True)
+class StreamSpec:
+    """One stream of a StreamingDataset: its shards, its cache, at most one weight, and its manifest if read."""
+
+    remote: str
+    local: str
+    proportion: float | None = None
+    repeat: float | None = None
+    choose: int | None = None
+    manifest: Manifest | None = None
+
+
+@dataclass(frozen=True)
+class StreamingOptions:
+    """streaming's knobs; None is streaming 0.13's own default (streaming/base/dataset.py).
+
+    `num_canonical_nodes=None` is the number of nodes of the run that starts (64x that for py1s and
+    py2s). streaming saves the value in its state, which Composer keeps in every checkpoint, and a
+    resumed run takes the saved one: the global sample order does not depend on the devices.
+    """
+
+    num_canonical_nodes: int | None = None
+    predownload: int | None = None
+    cache_limit: int | None = None  # bytes
+    shuffle_algo: str = "py1e"
+    shuffle_block_size: int | None = None
+    epoch_size: int | None = None
+
+
+def with_manifests(streams: Sequence[StreamSpec]) -> list[StreamSpec]:
+    """Each stream with its manifest (read once here; the callers' copies are kept)."""
+    return [s if s.manifest else dataclasses.replace(s, manifest=read_manifest(s.remote)) for s in streams]
+
+
+def stream_source(streams: Sequence[StreamSpec], tok: HierarchicalTokenizer) -> PatchSource:
+    """How the streams mixed into one batch become patches; refuses a mix that cannot share a batch.
+
+    Every stream must hold samples, come from the run tokenizer's first stage and have the same
+    seq_len. One stream of another S or mode makes every stream derive its patches from `tokens`
+    (the same patches where a stream's stored ones match): a batch has one source.
+    """
+    derive = False
+    first = streams[0].manifest or read_manifest(streams[0].remote)
+    for s in streams:
+        m = s.manifest or read_manifest(s.remote)
+        if m.counts.samples == 0:
+            raise ArtifactError(
+                f"{s.remote} holds no samples ({m.counts.documents_written} documents written, seq_len "
+                f"{m.seq_len}): convert more text, or a smaller --seq-len (`hbpe shards stats` shows the counts)"
+            )
+        derive |= check_compatible(m, tok, where=s.remote).derive
+        if m.seq_len != first.seq_len:
+            raise ArtifactError(
+                f"{s.remote} has samples of {m.seq_len} patches and {streams[0].remote} of {first.seq_len}: "
+                "streams mixed into one batch need one seq_len; convert them with the same --seq-len"
+            )
+    return PatchSource(derive=derive)
+
+
+def epoch_samples(streams: Sequence[StreamSpec], epoch_size: int | None = None) -> int:
+    """Samples one epoch draws across the streams, as streaming's Stream.apply_weights counts them."""
+    counts = [(s.manifest or read_manifest(s.remote)).counts.samples for s in streams]
+    if any(s.proportion is not None for s in streams) or epoch_size:
+        return epoch_size or sum(counts)
+    return sum(
+        int(s.repeat * n) if s.repeat is not None else (s.choose if s.choose is not None else n)
+        for s, n in zip(streams, counts)
+    )
+
+
+def _check_cache_limit(limit: int | None, largest: int) -> None:
+    """streaming refuses a cache smaller than 4 shards (raw + zip) only once it is built; say it first."""
+    if limit is not None and limit < 4 * largest:
+        raise ConfigError(
+            f"data.cache_limit={limit} bytes is less than 4x the largest shard ({largest} bytes raw + zip), "
+            f"which streaming needs to hold at once; raise it, e.g. data.cache_limit={-(-4 * largest // 2**20)}mb"
+        )
+
+
 def build_dataloader(
-    shards: str,
+    shards: str | Sequence[StreamSpec],
     tok: HierarchicalTokenizer,
     *,
     batch_size: int,
@@ -283,51 +367,75 @@ def build_dataloader(
     verify: str = "hash",
     manifest: Manifest | None = None,
     scheme: Scheme | None = None,
+    options: StreamingOptions | None = None,
 ) -> torch.utils.data.DataLoader:
-    """A StreamingDataset over the shards (local dir or URI) with its resumable state.
+    """A StreamingDataset over one shard directory (local dir or URI) or a weighted mix of streams.
 
     Local shard directories are treated as the remote too, so streaming's decompressed
-    copies go to `cache_dir` and the shard directory stays exactly as written.
+    copies go to the cache (`cache_dir`, or each stream's `local`) and the shard directory
+    stays exactly as written.
     Before streaming opens anything, `check_shards` refuses damaged shards and a stale
-    cache: `verify="hash"` (size and xxh64 of every file, ~1 ms per 10 MB from the page
-    cache) or `"size"` (sizes only, for directories too large to read at every start).
+    cache, for every stream: `verify="hash"` (size and xxh64 of every file, ~1 ms per 10 MB
+    from the page cache) or `"size"` (sizes only, for directories too large to read at every start).
     `scheme` builds the model's batches (training/schemes.py; default: the tokenizer's patches).
     """
     if verify not in ("hash", "size"):
         raise ConfigError(f"verify must be 'hash' or 'size', got {verify!r}")
-    manifest = manifest or read_manifest(shards)  # the caller's copy when it has read it already
-    if manifest.counts.samples == 0:
-        raise ArtifactError(
-            f"{shards} holds no samples ({manifest.counts.documents_written} documents written, seq_len "
-            f"{manifest.seq_len}): convert more text, or a smaller --seq-len (`hbpe shards stats` shows the counts)"
+    options = options or StreamingOptions()
+    if isinstance(shards, str):
+        # the caller's copy of the manifest when it has read it already
+        streams = [StreamSpec(shards, cache_dir or tempfile.mkdtemp(prefix="hbpe-stream-"), manifest=manifest)]
+        where = shards
+    else:
+        streams = list(shards)
+        where = ", ".join(s.remote for s in streams)
+    streams = with_manifests(streams)
+    source = stream_source(streams, tok)
+    checked = []
+    for s in streams:
+        check = check_shards(s.remote, s.local, hashes=verify == "hash", manifest=s.manifest)
+        log.info(
+            "checked %d shards and %d cached files of %s (%.1f MB) in %.1f ms",
+            check.shard_files,
+            check.cached_files,
+            s.remote,
+            check.bytes / 1e6,
+            check.seconds * 1e3,
         )
-    source = check_compatible(manifest, tok, where=shards)
-    local = cache_dir or tempfile.mkdtemp(prefix="hbpe-stream-")
-    check = check_shards(shards, local, hashes=verify == "hash", manifest=manifest)
-    log.info(
-        "checked %d shards and %d cached files of %s (%.1f MB) in %.1f ms",
-        check.shard_files,
-        check.cached_files,
-        shards,
-        check.bytes / 1e6,
-        check.seconds * 1e3,
-    )
+        checked.append(check)
+    _check_cache_limit(options.cache_limit, max(c.max_shard_bytes for c in checked))
+    from streaming import Stream
+
+    mix = [
+        Stream(
+            remote=s.remote,
+            local=s.local,
+            proportion=s.proportion,
+            repeat=s.repeat,
+            choose=s.choose,
+            # hashes each shard again as it enters the cache: the only check remote shards get, and it
+            # covers a local file changed after check_shards
+            validate_hash=c.validate_hash,
+        )
+        for s, c in zip(streams, checked)
+    ]
     with _one_dataset_setup_at_a_time():
         ds = _checked_dataset_class()(
-            remote=shards,
-            local=local,
+            streams=mix,
             batch_size=batch_size,
             shuffle=shuffle,
             shuffle_seed=shuffle_seed,
-            num_canonical_nodes=1,  # deterministic sample order whatever the number of devices
-            # hashes each shard again as it enters the cache: the only check remote shards get, and it
-            # covers a local file changed after check_shards
-            validate_hash=check.validate_hash,
+            num_canonical_nodes=options.num_canonical_nodes,
+            predownload=options.predownload,
+            cache_limit=options.cache_limit,
+            shuffle_algo=options.shuffle_algo,
+            shuffle_block_size=options.shuffle_block_size,
+            epoch_size=options.epoch_size,
         )
     return torch.utils.data.DataLoader(
         ds,
         batch_size=batch_size,
-        collate_fn=Collator(tok, source, where=shards, scheme=scheme),
+        collate_fn=Collator(tok, source, where=where, scheme=scheme),
         num_workers=num_workers,
         drop_last=drop_last,
     )

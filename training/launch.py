@@ -43,12 +43,12 @@ def main(argv: list[str] | None = None) -> None:
         _internal_error(e)
     from composer.utils import dist
 
-    if dist.get_global_rank() != 0:
-        return
     result_file = os.environ.get(RESULT_FILE_ENV)
     if result_file:  # `hbpe train --nproc N` prints the summary itself, as for one process (and --json)
-        Path(result_file).write_text(json.dumps(result, sort_keys=True))
-    else:
+        # every node's `hbpe train` reads it (the result is the whole run's), so each node's first rank writes it
+        if dist.get_local_rank() == 0:
+            Path(result_file).write_text(json.dumps(result, sort_keys=True))
+    elif dist.get_global_rank() == 0:
         print("HBPE_RESULT " + json.dumps(result, sort_keys=True), flush=True)
 
 

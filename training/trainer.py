@@ -51,7 +51,8 @@ def resolve_tokenizer(cfg: TrainConfig) -> tuple[HierarchicalTokenizer, dict[str
     from hbpe.pipeline.shards.reader import load_shard_tokenizer
     from hbpe.pipeline.tokenizer import artifact
 
-    base = artifact.load(cfg.data.tokenizer) if cfg.data.tokenizer else load_shard_tokenizer(cfg.data.train)
+    first = cfg.data.train_sources[0]  # with data.streams, the first stream's tokenizer; every stream is checked
+    base = artifact.load(cfg.data.tokenizer) if cfg.data.tokenizer else load_shard_tokenizer(first)
     S, mode = cfg.data.max_patch_size or base.max_patch_size, cfg.data.mode or base.mode
     if (S, mode) == (base.max_patch_size, base.mode):
         return base, None
@@ -117,7 +118,9 @@ def check_save_folder_is_not_data(cfg: TrainConfig) -> None:
     if "://" in cfg.save_folder:
         return
     folder = Path(cfg.save_folder).resolve()
-    for key, value in (("data.train", cfg.data.train), ("data.eval", cfg.data.eval)):
+    sources = [("data.train", cfg.data.train), ("data.eval", cfg.data.eval)]
+    sources += [(f"data.streams[{i}].remote", s.remote) for i, s in enumerate(cfg.data.streams or ())]
+    for key, value in sources:
         if not value or "://" in value:
             continue
         data = Path(value).resolve()
@@ -180,7 +183,7 @@ def check_resume_matches(cfg: TrainConfig, tok: HierarchicalTokenizer) -> None:
 
 # what Composer's default checkpoint names produce: ep{epoch}-ba{batch}-rank{rank}.pt, latest-rank{rank}.pt,
 # and for sharded (DCP) checkpoints an ep{epoch}-ba{batch} folder holding .metadata
-_CHECKPOINT_FILE = re.compile(r"(ep\d+-ba\d+|latest)-rank\d+\.pt")
+_CHECKPOINT_FILE = re.compile(r"(ep\d+-ba\d+|latest)-rank\d+\.pt|ep\d+-ba\d+-consolidated\.pt")
 _SHARDED_CHECKPOINT = re.compile(r"ep\d+-ba\d+")
 
 
@@ -220,8 +223,9 @@ def check_samples(cfg: TrainConfig, samples: int, *, world: int) -> None:
     """Enough samples for one global batch: with drop_last a smaller set gives 0 batches per epoch,
     and Composer then loops over empty epochs without end."""
     if samples < cfg.global_batch_size:
+        where = cfg.data.train or f"one epoch of data.streams ({', '.join(cfg.data.train_sources)})"
         raise ConfigError(
-            f"{cfg.data.train} has {samples} samples, fewer than global_batch_size={cfg.global_batch_size} "
+            f"{where} has {samples} samples, fewer than global_batch_size={cfg.global_batch_size} "
             f"(per device: {cfg.global_batch_size // world} on {world} processes), so no batch could be formed; "
             "lower global_batch_size or convert more text"
         )
@@ -299,54 +303,128 @@ def resolve_entropy_threshold(cfg: TrainConfig, tok: HierarchicalTokenizer) -> t
     entropy = EntropyModel.load(model_cfg.entropy_model)
     if model_cfg.entropy_threshold is not None:
         return cfg, entropy
-    threshold = threshold_on_shards(model_cfg, tok, cfg.data.train, entropy)
+    threshold = threshold_on_shards(model_cfg, tok, cfg.data.train_sources[0], entropy)
     return dataclasses.replace(cfg, model={**cfg.model, "entropy_threshold": threshold}), entropy
+
+
+def _cache_root(cfg: TrainConfig) -> str:
+    """streaming's cache: one per node, so nodes sharing a save folder (NFS) never write the same files."""
+    from composer.utils import dist
+
+    root = cfg.data.cache_dir or os.path.join(_local_root(cfg), "stream-cache")
+    nodes = dist.get_world_size() // dist.get_local_world_size()
+    return os.path.join(root, f"node{dist.get_node_rank()}") if nodes > 1 else root
+
+
+def _stream_cache(root: str, remote: str) -> str:
+    """A stream's cache folder, named by its remote (not its position: reordering streams keeps the caches)."""
+    import hashlib
+
+    name = os.path.basename(remote.rstrip("/")) or "stream"
+    return os.path.join(root, "train-streams", f"{name}-{hashlib.sha256(remote.encode()).hexdigest()[:10]}")
+
+
+def train_streams(cfg: TrainConfig, train_manifests: list[Any]) -> list[Any]:
+    """data.train or data.streams as StreamSpecs (with their manifests) cached under the run's stream cache."""
+    from hbpe.training.data import StreamSpec
+
+    root = _cache_root(cfg)
+    if not cfg.data.streams:
+        return [StreamSpec(cfg.data.train, os.path.join(root, "train"), manifest=train_manifests[0])]
+    return [
+        StreamSpec(
+            s.remote,
+            s.local or _stream_cache(root, s.remote),
+            proportion=s.proportion,
+            repeat=s.repeat,
+            choose=s.choose,
+            manifest=m,
+        )
+        for s, m in zip(cfg.data.streams, train_manifests)
+    ]
+
+
+def streaming_options(cfg: TrainConfig, *, eval_loader: bool = False) -> Any:
+    """The data block's streaming knobs; eval reads its shards in order, so only the cache ones apply there."""
+    from hbpe.training.data import StreamingOptions
+
+    d = cfg.data
+    if eval_loader:
+        return StreamingOptions(predownload=d.predownload, cache_limit=d.cache_limit_bytes)
+    return StreamingOptions(
+        num_canonical_nodes=d.num_canonical_nodes,
+        predownload=d.predownload,
+        cache_limit=d.cache_limit_bytes,
+        shuffle_algo=d.shuffle_algo,
+        shuffle_block_size=d.shuffle_block_size,
+        epoch_size=d.epoch_size,
+    )
+
+
+def check_canonical_nodes(cfg: TrainConfig, *, nodes: int) -> None:
+    """A new run's num_canonical_nodes and node count must divide one another (streaming's partitioning).
+
+    A resumed run takes the value saved in its checkpoint, and streaming then re-partitions the
+    same order for any node count (its relaxed partitioning), so only a fresh start is checked.
+    """
+    n = cfg.data.num_canonical_nodes
+    if n is None or n % nodes == 0 or nodes % n == 0:
+        return
+    from composer.utils import format_name_with_dist
+
+    latest = format_name_with_dist(os.path.join(cfg.save_folder, "latest-rank{rank}.pt"), cfg.run_name)
+    if cfg.load_path or (cfg.autoresume and os.path.exists(latest)):
+        return
+    raise ConfigError(
+        f"data.num_canonical_nodes={n} and the {nodes} nodes of this run do not divide one another, which streaming "
+        f"needs to start a run; e.g. data.num_canonical_nodes={nodes * max(1, n // nodes)} (or null: one per node)"
+    )
 
 
 def _dataloaders(
     cfg: TrainConfig,
     tok: HierarchicalTokenizer,
-    train_manifest: Any,
+    train_manifests: list[Any],
     *,
     device_batch: int,
     eval_enabled: bool,
     entropy_model: Any | None = None,
 ) -> tuple[Any, Any | None]:
     """(train, eval or None) StreamingDataset loaders; each checks its shards against `tok` first."""
-    from hbpe.training.data import build_dataloader, check_compatible, read_manifest
+    from hbpe.training.data import StreamSpec, build_dataloader, read_manifest, stream_source
     from hbpe.training.schemes import build_scheme
 
-    def scheme(shards: str, manifest: Any) -> Any:
-        derive = check_compatible(manifest, tok, where=shards).derive
+    def scheme(streams: list[Any]) -> Any:
+        derive = stream_source(streams, tok).derive
         return build_scheme(cfg.model_config, tok, derive=derive, entropy_model=entropy_model)
 
     # one cache per node: streaming's local rank 0 downloads, the other ranks wait for its files
-    cache = cfg.data.cache_dir or os.path.join(_local_root(cfg), "stream-cache")
     d = cfg.data
+    streams = train_streams(cfg, train_manifests)
     train_dl = build_dataloader(
-        d.train,
+        streams,
         tok,
         batch_size=device_batch,
-        cache_dir=os.path.join(cache, "train"),
+        cache_dir=None,
         shuffle=d.shuffle,
         shuffle_seed=d.shuffle_seed,
         num_workers=d.num_workers,
-        manifest=train_manifest,
-        scheme=scheme(d.train, train_manifest),
+        scheme=scheme(streams),
+        options=streaming_options(cfg),
     )
     if not (eval_enabled and d.eval):
         return train_dl, None
-    eval_manifest = read_manifest(d.eval)
+    held = [StreamSpec(d.eval, os.path.join(_cache_root(cfg), "eval"), manifest=read_manifest(d.eval))]
     eval_dl = build_dataloader(
-        d.eval,
+        held,
         tok,
         batch_size=device_batch,
-        cache_dir=os.path.join(cache, "eval"),
+        cache_dir=None,
         shuffle=False,
         shuffle_seed=d.shuffle_seed,
         drop_last=False,
-        manifest=eval_manifest,
-        scheme=scheme(d.eval, eval_manifest),
+        scheme=scheme(held),
+        options=streaming_options(cfg, eval_loader=True),
     )
     return train_dl, eval_dl
 
@@ -374,9 +452,11 @@ def _trainer_kwargs(
     loggers: list[Any],
     save_enabled: bool,
 ) -> dict[str, Any]:
-    """Composer Trainer arguments other than the model, data and optimizer: schedule, precision, saving, logging."""
+    """Composer Trainer arguments other than the model, data and optimizer: schedule, precision, saving, logging.
+
+    `callbacks` and `loggers` are every one the run has (the config's blocks built by `build_run`).
+    """
     from composer.algorithms import GradientClipping
-    from composer.callbacks import LRMonitor, SpeedMonitor
     from composer.loggers import FileLogger
 
     from hbpe.training.parallelize import parallelism_config
@@ -391,7 +471,7 @@ def _trainer_kwargs(
     return dict(
         max_duration=cfg.max_duration,
         algorithms=[GradientClipping(clipping_type="norm", clipping_threshold=clip)] if clip else [],
-        callbacks=[SpeedMonitor(window_size=10), LRMonitor(), *callbacks],
+        callbacks=callbacks,
         loggers=all_loggers,
         run_name=cfg.run_name,
         seed=cfg.seed,
@@ -426,22 +506,28 @@ def build_run(
     from composer import Trainer
     from composer.utils import dist
 
-    from hbpe.training.data import read_manifest
+    from hbpe.training.data import epoch_samples, read_manifest
+    from hbpe.training.loggers import build_callbacks, build_loggers
     from hbpe.training.model import parameter_counts
     from hbpe.training.optimizer import build_optimizer, build_scheduler
     from hbpe.training.run_files import write_run_files
 
+    # the config's loggers and callbacks first: a wrong argument or a missing package is said before any work
+    config_loggers = build_loggers(cfg.loggers, log_root=_local_root(cfg))
+    config_callbacks = build_callbacks(cfg.callbacks)
     device, world = _start(cfg, save_enabled=save_enabled)
     device_batch = cfg.global_batch_size // world
     tok, derived = resolve_tokenizer(cfg)
     cfg, entropy_model = resolve_entropy_threshold(cfg, tok)
     if save_enabled:
         check_resume_matches(cfg, tok)
-    train_manifest = read_manifest(cfg.data.train)  # read once: seq_len here, shard checks in the loader
-    check_samples(cfg, train_manifest.counts.samples, world=world)
-    seq_len = train_manifest.seq_len
+    # read once: seq_len and the epoch's samples here, shard checks in the loader
+    train_manifests = [read_manifest(src) for src in cfg.data.train_sources]
+    check_samples(cfg, epoch_samples(train_streams(cfg, train_manifests), cfg.data.epoch_size), world=world)
+    check_canonical_nodes(cfg, nodes=world // dist.get_local_world_size())
+    seq_len = train_manifests[0].seq_len  # the same for every stream (data.stream_source checks it)
     train_dl, eval_dl = _dataloaders(
-        cfg, tok, train_manifest, device_batch=device_batch, eval_enabled=eval_enabled, entropy_model=entropy_model
+        cfg, tok, train_manifests, device_batch=device_batch, eval_enabled=eval_enabled, entropy_model=entropy_model
     )
     model, cmodel = _model(cfg, tok)
     optimizer, scheduler = build_optimizer(cmodel, cfg.optim), build_scheduler(cfg.optim)
@@ -459,8 +545,8 @@ def build_run(
             cfg,
             device=device,
             device_batch=device_batch,
-            callbacks=[meter, *(callbacks or [])],
-            loggers=loggers or [],
+            callbacks=[*config_callbacks, meter, *(callbacks or [])],
+            loggers=[*config_loggers, *(loggers or [])],
             save_enabled=save_enabled,
         ),
     )
