@@ -86,6 +86,25 @@ def render_summary(m: dict[str, Any]) -> str:
     help="Replace an earlier conversion's output, once the new one is complete (files hbpe did not write "
     "are never deleted: such an output is refused).",
 )
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue an interrupted conversion into OUTPUT, reusing the units it encoded (same options, inputs "
+    "and tokenizer, or it is refused); an interrupted --resume run keeps its own units for the next one.",
+)
+@click.option(
+    "--runner",
+    default="auto",
+    show_default=True,
+    help="inprocess (no Beam), a Beam runner (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, "
+    "PortableRunner, ...), or auto: inprocess for a local job with no Beam option, else DirectRunner.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes of a local run (inprocess, or DirectRunner's --direct_num_workers). [default: all cores]",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 @click.pass_context
 def convert(
@@ -104,18 +123,28 @@ def convert(
     split_mb: int,
     shard_mb: int,
     overwrite: bool,
+    resume: bool,
+    runner: str,
+    workers: int | None,
     as_json: bool,
 ) -> None:
-    """Tokenize corpora into MDS shards with an Apache Beam pipeline.
+    """Tokenize corpora into MDS shards, with an Apache Beam pipeline or in process.
 
-    Extra arguments are Beam pipeline options, e.g. --runner=DataflowRunner --project=...
-    (default: DirectRunner on all local cores).
+    Arguments hbpe does not know are Beam pipeline options (e.g. --project=... with
+    --runner DataflowRunner); one Beam does not know either is an error. A local job with
+    no Beam option runs in process (no Beam start-up cost), the others on Beam's
+    DirectRunner on all local cores unless --runner names another; the choice is
+    printed. The output is the same either way.
     """
     from hbpe.pipeline.beam.convert import ConversionInterrupted, run_convert
     from hbpe.pipeline.beam.quiet import quiet_beam
     from hbpe.schemas.convert_config import ConvertConfig
 
     quiet_beam()  # also when this command runs without the `hbpe` group around it
+    if ctx.args:  # hbpe's own names make the hint: --seq_len 64 -> --seq-len
+        from hbpe.pipeline.beam.options import check_pipeline_args
+
+        check_pipeline_args(ctx.args, hbpe_options=[o for p in ctx.command.params for o in p.opts])
     cfg = ConvertConfig(
         inputs=inputs,
         excludes=excludes,
@@ -137,7 +166,11 @@ def convert(
             cfg,
             list(ctx.args),
             overwrite=overwrite,
+            resume=resume,
+            runner=runner,
+            workers=workers,
             on_start=lambda units: click.echo(f"converting {len(units)} work units -> {shown}", err=True),
+            on_message=lambda line: click.echo(line, err=True),
         )
     except ConversionInterrupted as e:
         click.echo(f"error: {e}", err=True)
@@ -231,16 +264,37 @@ def shards_stats(directory: str, as_json: bool) -> None:
 @click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True, help="Repeat the corpus K times.")
 @click.option("--seq-len", type=click.IntRange(min=1), default=1024, show_default=True)
 @click.option("--split-mb", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option(
+    "--runner", default="auto", show_default=True, help="As for `hbpe convert`: auto, inprocess, DirectRunner, ..."
+)
+@click.option(
+    "--workers", type=click.IntRange(min=1), default=None, help="Processes (and tiktoken threads). [default: all cores]"
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def bench_convert(
-    ctx: click.Context, tokenizer_dir: str, corpus: str, scale: int, seq_len: int, split_mb: int, as_json: bool
+    ctx: click.Context,
+    tokenizer_dir: str,
+    corpus: str,
+    scale: int,
+    seq_len: int,
+    split_mb: int,
+    runner: str,
+    workers: int | None,
+    as_json: bool,
 ) -> None:
-    """Pipeline MB/s vs tiktoken encode_ordinary_batch alone on the same text and cores; peak memory."""
+    """Conversion MB/s vs tiktoken encode_ordinary_batch alone on the same text and cores; peak memory.
+
+    Extra arguments are Beam pipeline options, as for `hbpe convert`.
+    """
     from hbpe.pipeline.beam.bench_convert import bench_convert as run
     from hbpe.pipeline.beam.quiet import quiet_beam
 
     quiet_beam()  # also when this command runs without the `hbpe` group around it
+    if ctx.args:
+        from hbpe.pipeline.beam.options import check_pipeline_args
+
+        check_pipeline_args(ctx.args, hbpe_options=[o for p in ctx.command.params for o in p.opts])
     r = run(
         tokenizer_dir,
         corpus,
@@ -248,6 +302,8 @@ def bench_convert(
         seq_len=seq_len,
         split_bytes=split_mb << 20,
         pipeline_args=list(ctx.args),
+        runner=runner,
+        workers=workers,
     )
     _emit(
         r,
@@ -255,7 +311,7 @@ def bench_convert(
         lambda r: (
             f"corpus {r['corpus_mb']:.1f} MB ({r['documents']} documents, x{scale}), {r['units']} units, {r['workers']} workers\n"
             f"tiktoken encode_ordinary_batch ({r['threads']} threads) {r['tiktoken_mb_per_s']:8.2f} MB/s\n"
-            f"hbpe convert (DirectRunner)                 {r['pipeline_mb_per_s']:8.2f} MB/s   ratio {r['ratio']:.3f}\n"
+            f"hbpe convert ({r['runner']}){' ' * max(1, 32 - len(r['runner']))}{r['pipeline_mb_per_s']:8.2f} MB/s   ratio {r['ratio']:.3f}\n"
             f"peak RSS: launcher {r['peak_rss_mb_self']:.0f} MB, largest worker {r['peak_rss_mb_workers']:.0f} MB"
         ),
     )

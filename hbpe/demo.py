@@ -82,7 +82,7 @@ def run_demo(
         problems = verify(ShardDir(cfg.output))
         c = m["counts"]
         on_step(
-            f"[3/6] convert {split} (Beam DirectRunner): {c['documents_written']}/{c['documents_read']} documents -> {c['samples']} samples x {seq_len} patches, {len(m['shards'])} shards, verify {'OK' if not problems else problems[0]} ({time.perf_counter() - t:.1f}s)"
+            f"[3/6] convert {split} ({m['timing']['runner']}): {c['documents_written']}/{c['documents_read']} documents -> {c['samples']} samples x {seq_len} patches, {len(m['shards'])} shards, verify {'OK' if not problems else problems[0]} ({time.perf_counter() - t:.1f}s)"
         )
         shards[split] = cfg.output
 

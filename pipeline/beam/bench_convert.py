@@ -9,6 +9,7 @@ import tempfile
 import time
 
 from hbpe.pipeline.beam.convert import run_convert
+from hbpe.pipeline.beam.options import local_cores
 from hbpe.pipeline.tokenizer import artifact
 from hbpe.pipeline.tokenizer.stats import read_texts
 from hbpe.schemas.convert_config import ConvertConfig
@@ -31,10 +32,17 @@ def bench_convert(
     seq_len: int = 1024,
     split_bytes: int = 16 << 20,
     pipeline_args: list[str] | None = None,
+    runner: str = "auto",
+    workers: int | None = None,
 ) -> dict:
+    """Time `run_convert` on `corpus` repeated `scale` times next to tiktoken alone on the same text and cores.
+
+    The input is written uncompressed first, so the conversion can split it into byte ranges
+    (`split_bytes`); the manifest says which runner converted it.
+    """
     texts, _ = read_texts([corpus])
     tok = artifact.load(tokenizer_dir)
-    threads = os.cpu_count() or 1
+    threads = workers or local_cores()
     work = tempfile.mkdtemp(prefix="hbpe-bench-")
     try:
         src = os.path.join(work, "corpus.jsonl")  # uncompressed, so the pipeline can split it by byte ranges
@@ -58,7 +66,7 @@ def bench_convert(
         )
         units: list = []
         t = time.perf_counter()
-        m = run_convert(cfg, pipeline_args, progress=False, on_start=units.extend)
+        m = run_convert(cfg, pipeline_args, runner=runner, workers=workers, progress=False, on_start=units.extend)
         pipeline_s = time.perf_counter() - t
         tiktoken_s = min(tiktoken_s, time_tiktoken())  # best of before and after: this machine is noisy
     finally:
@@ -77,4 +85,5 @@ def bench_convert(
         "peak_rss_mb_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "peak_rss_mb_workers": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
         "samples": m["counts"]["samples"],
+        "runner": m["timing"]["runner"],
     }

@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 import hbpe
 from hbpe.pipeline.beam import fs
-from hbpe.pipeline.beam.encode import UnitSummary, unit_rejects_path
 from hbpe.pipeline.beam.shards import ShardPlan, read_pieces
+from hbpe.pipeline.beam.units import UnitSummary, unit_rejects_path
 from hbpe.schemas import shard_columns
 from hbpe.schemas.canonical import pretty_json
 from hbpe.schemas.errors import HbpeError
@@ -71,6 +71,7 @@ class FinalizeContext:
     inputs: list[dict]
     tokenizer_spec: TokenizerSpec
     started_at: float
+    timing: dict = field(default_factory=dict)  # how this run went (runner, units reused): recorded under timing
 
 
 def sum_counts(units: list[UnitSummary], plan: ShardPlan) -> tuple[Counts, list[int]]:
@@ -130,7 +131,7 @@ def finalize_output(
         counts=counts,
         statistics=derived_statistics(counts, hist),
         shards=names,
-        timing={"wall_time_s": round(time.time() - ctx.started_at, 3)},
+        timing={"wall_time_s": round(time.time() - ctx.started_at, 3), **ctx.timing},
     )
     fs.write_atomic(fs.join(ctx.output, shard_columns.MANIFEST_FILENAME), pretty_json(manifest.to_dict()).encode())
     # 5. the commit marker, last

@@ -1,8 +1,6 @@
-"""What the launcher of a local run does beside the pipeline: a live progress line, and
-stopping its worker processes when it is interrupted.
-
-The progress line works with any local runner (DirectRunner's worker processes included)
-because it counts committed unit and shard files rather than asking the runner.
+"""What the launcher of a run does beside the pipeline: stopping its worker processes when it
+is interrupted, and letting the output swap finish before a signal lands. (The progress bar
+is progress_bar.py.)
 """
 
 from __future__ import annotations
@@ -11,52 +9,9 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
-
-
-class ProgressLine:
-    def __init__(self, staging: str, *, n_units: int, interval: float = 1.0) -> None:
-        self.staging, self.n_units, self.interval = staging, n_units, interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="hbpe-progress", daemon=True)
-        self._tty = sys.stderr.isatty()
-        self._t0 = time.time()
-
-    def _count(self, sub: str, suffix: str) -> int:
-        try:
-            return sum(1 for n in os.listdir(os.path.join(self.staging, sub)) if n.endswith(suffix))
-        except FileNotFoundError:
-            return 0
-
-    def line(self) -> str:
-        units = self._count("units", ".bin")
-        shards = self._count("shards", ".zstd")
-        return (
-            f"[convert] {time.time() - self._t0:6.1f}s  units encoded {units}/{self.n_units}  shards written {shards}"
-        )
-
-    def _run(self) -> None:
-        last = ""
-        while not self._stop.wait(self.interval):
-            cur = self.line()
-            if self._tty:
-                sys.stderr.write("\r" + cur)
-            elif cur != last and int(time.time() - self._t0) % 10 == 0:
-                sys.stderr.write(cur + "\n")  # logs: a line every ~10 s, only when it changed
-            sys.stderr.flush()
-            last = cur
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        if self._tty:
-            sys.stderr.write("\n")
 
 
 class StopWorkersOnExit:

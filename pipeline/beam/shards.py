@@ -1,26 +1,27 @@
-"""PlanShards and WriteMdsShards: the global patch stream -> fixed-size samples -> MDS shards.
+"""PlanShards and the shard writer: the global patch stream -> fixed-size samples -> MDS shards.
 
 The stream is the concatenation of the unit streams in unit order (files sorted,
 documents in file order). Sample k covers stream positions [kN, (k+1)N); shard j
 holds samples [jM, (j+1)M). Once every unit's length is known, each shard knows
 exactly which byte ranges of which unit files it needs, so shards are written in
-parallel and deterministically.
+parallel and deterministically, by whichever runner.
 
 Shards are encoded by `hbpe.pipeline.shards.mds_format` (byte-identical to streaming's
-MDSWriter, without importing streaming in every worker).
+MDSWriter, without importing streaming in every worker). This module does not import
+Beam, so the in-process runner can use it; the Beam step is `write_shards.WriteMdsShards`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-import apache_beam as beam
 import numpy as np
-from apache_beam.metrics import Metrics
 
 from hbpe.pipeline.beam import fs
-from hbpe.pipeline.beam.encode import UnitSummary, unit_stream_path
+from hbpe.pipeline.beam.units import UnitSummary, unit_stream_path
 from hbpe.pipeline.shards import mds_format
+from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
 from hbpe.schemas import shard_columns
 from hbpe.schemas.symbols import TOKEN_PAD
 
@@ -100,42 +101,26 @@ def build_samples(
     return {"tokens": tokens, "patches": patches, "num_bytes": num_bytes}
 
 
-class _WriteShardFn(beam.DoFn):
-    def __init__(self, tokenizer_dir: str, staging: str, seq_len: int) -> None:
-        self.tokenizer_dir, self.staging, self.seq_len = tokenizer_dir, staging, seq_len
-        self.shards_written = Metrics.counter("hbpe", "shards_written")
-        self.samples_written = Metrics.counter("hbpe", "samples_written")
-
-    def setup(self) -> None:
-        self.tok = fs.load_tokenizer(self.tokenizer_dir)
-
-    def process(self, task: ShardTask):
-        stream = np.concatenate([read_pieces(self.staging, task.pieces), np.full(task.pad, TOKEN_PAD, dtype=np.int32)])
-        cols = build_samples(stream, self.tok.table, self.tok.token_nbytes, self.seq_len)
-        name = shard_columns.shard_basename(task.index)
-        data, entry = mds_format.write_shard(
-            shard_columns.mds_columns(self.seq_len, self.tok.max_patch_size),
-            cols,
-            basename=name,
-            compression=shard_columns.COMPRESSION,
-            hashes=list(shard_columns.HASHES),
-        )
-        fs.write_atomic(fs.join(self.staging, "shards", name), data)
-        self.shards_written.inc()
-        self.samples_written.inc(task.num_samples)
-        yield task.index, entry
+def write_shard(tok: HierarchicalTokenizer, staging: str, task: ShardTask, seq_len: int) -> tuple[int, dict[str, Any]]:
+    """Write one shard into staging/shards/ (temporary name, then renamed); returns (index, MDS index entry)."""
+    stream = np.concatenate([read_pieces(staging, task.pieces), np.full(task.pad, TOKEN_PAD, dtype=np.int32)])
+    cols = build_samples(stream, tok.table, tok.token_nbytes, seq_len)
+    name = shard_columns.shard_basename(task.index)
+    data, entry = mds_format.write_shard(
+        shard_columns.mds_columns(seq_len, tok.max_patch_size),
+        cols,
+        basename=name,
+        compression=shard_columns.COMPRESSION,
+        hashes=list(shard_columns.HASHES),
+    )
+    fs.write_atomic(fs.join(staging, "shards", name), data)
+    return task.index, entry
 
 
-class WriteMdsShards(beam.PTransform):
-    """PCollection[ShardTask] -> PCollection[(shard index, MDS index entry)]."""
+def __getattr__(name: str):
+    """The Beam step's names, as they were here; imported on first use so that planning never loads Beam."""
+    if name in ("WriteMdsShards", "_WriteShardFn"):
+        from hbpe.pipeline.beam import write_shards
 
-    def __init__(self, tokenizer_dir: str, staging: str, seq_len: int) -> None:
-        super().__init__()
-        self._fn = _WriteShardFn(tokenizer_dir, staging, seq_len)
-
-    def expand(self, tasks):
-        return (
-            tasks
-            | "SpreadShards" >> beam.Reshuffle()  # (ShardTask,) spread over workers
-            | "WriteShard" >> beam.ParDo(self._fn)  # (index, entry)
-        )
+        return getattr(write_shards, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,157 @@
+"""Where a conversion builds its output, decided before anything is written.
+
+A new or empty OUTPUT is built in place; an earlier conversion is replaced (--overwrite)
+by building OUTPUT/.hbpe-new-XXXXXXXX and swapping it in once complete; an interrupted
+one is continued where it was built (--resume). Folders that hold files hbpe did not
+write are never touched, and inputs or a tokenizer inside the output are refused (an
+--overwrite would replace them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from hbpe.pipeline.beam import fs, resume
+from hbpe.pipeline.beam.finalize import STAGING_DIRNAME, discard_hbpe_entries, is_hbpe_entry
+from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.manifest import MANIFEST_FORMAT
+from hbpe.schemas.shard_columns import COMPLETED_FILENAME, MANIFEST_FILENAME
+
+
+@dataclass(frozen=True)
+class Build:
+    path: str  # where this run writes: the output itself, or OUTPUT/.hbpe-new-XXXXXXXX
+    replacing: bool  # swap `path` in over an earlier output once complete
+    created: bool  # the output folder did not exist before this run
+    resumed: bool  # an interrupted run's staging, reused
+
+    @property
+    def staging(self) -> str:
+        return fs.join(self.path, STAGING_DIRNAME)
+
+
+def output_dir(path: str) -> str:
+    """The output as the launcher handles it: a local path made absolute, symlinks resolved.
+
+    A missing parent is created, like `mkdir -p` (as `hbpe tokenizer train --out` and
+    streaming's MDSWriter do): a mistyped parent then makes a new folder, which loses
+    nothing and is printed at the start, while refusing would cost every `runs/<new>/shards`.
+    """
+    if fs.is_remote(path):
+        return path.rstrip("/")
+    real = os.path.realpath(path)
+    if os.path.exists(real) and not os.path.isdir(real):
+        raise ConfigError(
+            f"--output {path} is a file, not a directory: give the path of a directory (a new one is created)"
+        )
+    up = os.path.dirname(real)
+    while not os.path.exists(up):
+        up = os.path.dirname(up)
+    if not os.path.isdir(up):
+        raise ConfigError(f"--output {path} cannot be created: {up} is a file; give a directory path")
+    return real
+
+
+def glob_base(pattern: str) -> str:
+    """The folder part of a glob before its first wildcard: 'data/*/x.jsonl' -> 'data'."""
+    parts = []
+    for part in pattern.split("/"):
+        if any(c in part for c in "*?["):
+            break
+        parts.append(part)
+    return "/".join(parts) or "."
+
+
+def refuse_inside(path: str, output: str, what: str, shown: str) -> None:
+    """Inputs and the tokenizer may not live in the output: an --overwrite would replace them."""
+    real = path.rstrip("/") if fs.is_remote(path) else os.path.realpath(path)
+    if real == output or real.startswith(output.rstrip("/") + "/"):
+        raise ConfigError(
+            f"{what} lies inside the output directory {shown}, which the conversion replaces: "
+            f"move or copy it out of {shown} first, or choose another --output"
+        )
+
+
+def choose_build(output: str, shown: str, *, overwrite: bool, resume_: bool, record: dict[str, Any]) -> Build:
+    """Where this run writes; refuses an output it may not touch, and a resume of another conversion.
+
+    A folder counts as a previous conversion only by what only hbpe writes (COMPLETED, a
+    staging or build folder, a manifest.json of format "hbpe-shards"), never by file names
+    alone: a user's own index.json or tokenizer/ must not be replaced.
+    """
+    names = fs.top_entries(output)
+    if not names:
+        created = not fs.is_remote(output) and not os.path.isdir(output)
+        return Build(output, replacing=False, created=created, resumed=False)
+    previous = _is_previous_conversion(output, names)
+    foreign = [n for n in names if not (previous and is_hbpe_entry(n))]
+    if foreign:
+        listed = ", ".join(foreign[:5]) + (f" ... ({len(foreign)} in all)" if len(foreign) > 5 else "")
+        if not previous:
+            raise ConfigError(
+                f"output {shown} is not empty and holds files hbpe did not write: {listed}; it is not an earlier "
+                "conversion (no COMPLETED, .hbpe-staging/ or hbpe manifest.json), so --overwrite does not replace "
+                "it: choose a new or empty --output, or move those files away"
+            )
+        raise ConfigError(
+            f"output {shown} is not empty and holds files hbpe did not write: {listed}; "
+            "--overwrite only replaces an earlier conversion (shard.*.mds.zstd, index.json, manifest.json, "
+            "rejects/, tokenizer/, COMPLETED): choose a new or empty --output, or move those files away"
+        )
+    unfinished = resume.unfinished_builds(output)
+    if resume_ and unfinished:
+        return _resumable(output, shown, unfinished, record)
+    if not overwrite:
+        what = "" if COMPLETED_FILENAME in names else " (an unfinished conversion: no COMPLETED)"
+        if unfinished:
+            how = "pass --overwrite to replace it, or --resume to continue the interrupted conversion"
+        elif resume_:
+            how = "it holds no interrupted conversion to resume: pass --overwrite to replace it"
+        else:
+            how = "pass --overwrite to replace it"
+        raise ConfigError(f"output {shown} exists and is not empty{what}; {how}")
+    return Build(fs.join(output, f".hbpe-new-{uuid.uuid4().hex[:8]}"), replacing=True, created=False, resumed=False)
+
+
+def _resumable(output: str, shown: str, builds: list[str], record: dict[str, Any]) -> Build:
+    """The interrupted build whose record is this run's; otherwise the reason the newest one is not."""
+    why = None
+    for b in builds:
+        found = resume.read_record(fs.join(b, STAGING_DIRNAME))
+        if found is None:
+            why = why or "its staging has no resume record (written by an older hbpe, or killed before it began)"
+            continue
+        problem = resume.mismatch(found, record)
+        if problem is None:
+            return Build(b, replacing=b != output, created=False, resumed=True)
+        why = why or problem
+    raise resume.refuse(shown, why or "nothing to resume")
+
+
+def _is_previous_conversion(output: str, names: list[str]) -> bool:
+    """Whether `output` holds what only `hbpe convert` writes (finished, or killed before it finished)."""
+    if COMPLETED_FILENAME in names or any(n == STAGING_DIRNAME or n.startswith(".hbpe-new-") for n in names):
+        return True
+    if MANIFEST_FILENAME not in names:
+        return False
+    try:
+        d = json.loads(fs.read_bytes(fs.join(output, MANIFEST_FILENAME)))
+    except (OSError, ValueError):
+        return False
+    return isinstance(d, dict) and d.get("format") == MANIFEST_FORMAT
+
+
+def discard(build: Build) -> None:
+    """Remove what a failed run wrote: its build folder inside the old output, or hbpe's files in a new one."""
+    if build.replacing:
+        fs.delete_tree(build.path)
+        return
+    discard_hbpe_entries(build.path)
+    if build.created:
+        with contextlib.suppress(OSError):
+            os.rmdir(build.path)
