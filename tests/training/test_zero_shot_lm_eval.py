@@ -127,3 +127,36 @@ def test_lm_eval_command_line(local_tasks, tiny_run):
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "piqa_local" in r.stdout and "acc_norm" in r.stdout
+
+
+@pytest.mark.parametrize("io", ["bpe", "bytes", "space"])
+def test_lm_eval_equals_eval_tasks_for_every_scheme(io, local_tasks, gpt2_tokenizer, tmp_path, monkeypatch):
+    """The baselines answer lm-eval's queries through the adapter exactly as through `hbpe eval-tasks`
+    (a 2-layer model with scaled weights, exported, so log-probs are far from uniform)."""
+    import math
+
+    import torch
+
+    import hbpe.training.zero_shot.lm_eval_adapter  # noqa: F401  (registers "hbpe")
+    from hbpe.schemas.train_config import model_config
+    from hbpe.training.checkpoint import load_model
+    from hbpe.training.export import write_export
+    from hbpe.training.model import VocabSpec, build_model
+    from hbpe.training.zero_shot.run import evaluate_model
+
+    torch.manual_seed(5)
+    model = build_model(model_config("tiny", io=io), VocabSpec.from_tokenizer(gpt2_tokenizer)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 2.5 / math.sqrt(p.shape[1]))
+    out = tmp_path / io
+    write_export(model, gpt2_tokenizer, str(out), source={"test": io})
+    monkeypatch.setenv("DISABLE_MULTIPROC", "1")
+    names = ["piqa", "arc_easy", "hellaswag"]
+    res = _evaluate(local_tasks, "hbpe", f"checkpoint={out},progress=False", [f"{t}_local" for t in names])
+    loaded, tok, _ = load_model(str(out))
+    ours = evaluate_model(loaded, tok, names, limit=N, progress=False)
+    for name in names:
+        for key in ("acc", "acc_norm"):
+            assert res["results"][f"{name}_local"][f"{key},none"] == ours[name][key], (io, name, key)
