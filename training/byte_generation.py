@@ -18,14 +18,7 @@ import numpy as np
 import torch
 
 from hbpe.schemas.symbols import EOD, EOP, NUM_BYTES, PAD, TOKEN_EOD
-from hbpe.training.byte_patching import (
-    BYTE_VOCAB,
-    UNBOUNDED_SAFETY_LIMIT,
-    entropy_starts,
-    patch_starts,
-    space_starts,
-    to_patches,
-)
+from hbpe.training.byte_patching import BYTE_VOCAB, natural_starts, patch_limit, patch_starts, to_patches
 from hbpe.training.layers import KVCache
 
 
@@ -33,8 +26,7 @@ class ByteSymbols:
     """The tokenizer interface generate.py uses, over bytes + EOP/PAD/EOD for space and entropy models."""
 
     def __init__(self, cfg, entropy=None) -> None:
-        bounded = cfg.io == "space" or cfg.entropy_bounded
-        self.limit = cfg.patch_max_bytes if bounded else UNBOUNDED_SAFETY_LIMIT
+        self.limit = patch_limit(cfg)
         self.max_patch_size = self.limit + 1  # bytes + EOP
         self.cfg, self.entropy = cfg, entropy
         self.symbol_ends_patch = [s == EOP for s in range(BYTE_VOCAB)]
@@ -45,10 +37,7 @@ class ByteSymbols:
         if not data:
             return []
         units = np.concatenate([[EOD], np.frombuffer(data, dtype=np.uint8)]).astype(np.int32)
-        if self.entropy is None:
-            natural = space_starts(units)
-        else:
-            natural = entropy_starts(self.entropy.entropies([units])[0], self.cfg.entropy_threshold)
+        natural = natural_starts(units, self.entropy, self.cfg.entropy_threshold)
         cut = to_patches(units, 1, patch_starts(units, 1, natural, self.limit), self.max_patch_size)
         return [[int(s) for s in row if s != PAD] for row in cut.patches[1:]]
 

@@ -129,7 +129,7 @@ def threshold_on_shards(
 
     Stored order, not shuffled: every rerun (and autoresume) chooses the same value.
     """
-    from hbpe.training.byte_patching import UNBOUNDED_SAFETY_LIMIT, sample_units
+    from hbpe.training.byte_patching import patch_limit, sample_units
     from hbpe.training.scheme_stats import read_token_rows
     from hbpe.training.schemes import vocabulary_bytes
 
@@ -138,7 +138,7 @@ def threshold_on_shards(
     cut = [sample_units(r, vocab) for r in rows]
     units = [s.units for s in cut]
     ents = [e for i in range(0, len(units), 16) for e in entropy.entropies(units[i : i + 16])]
-    limit = model_cfg.patch_max_bytes if model_cfg.entropy_bounded else UNBOUNDED_SAFETY_LIMIT
+    limit = patch_limit(model_cfg)
     contexts = [s.context for s in cut]
     threshold = choose_threshold(units, contexts, ents, target_bytes=model_cfg.entropy_target_bytes, max_bytes=limit)
     log.info(

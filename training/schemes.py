@@ -27,6 +27,7 @@ from hbpe.training.byte_patching import (
     UNBOUNDED_SAFETY_LIMIT,
     VocabularyBytes,
     entropy_starts,
+    patch_limit,
     patch_starts,
     sample_units,
     space_starts,
@@ -142,5 +143,5 @@ def build_scheme(
         from hbpe.training.entropy_model import EntropyModel
 
         entropy_model = EntropyModel.load(cfg.entropy_model, device=entropy_device)
-    bound = cfg.patch_max_bytes if cfg.entropy_bounded else None
+    bound = patch_limit(cfg) if cfg.entropy_bounded else None  # None: padded to each batch's longest patch
     return BytePatchScheme(vocab, bound, entropy_model, cfg.entropy_threshold)

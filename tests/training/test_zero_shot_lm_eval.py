@@ -133,23 +133,13 @@ def test_lm_eval_command_line(local_tasks, tiny_run):
 def test_lm_eval_equals_eval_tasks_for_every_scheme(io, local_tasks, gpt2_tokenizer, tmp_path, monkeypatch):
     """The baselines answer lm-eval's queries through the adapter exactly as through `hbpe eval-tasks`
     (a 2-layer model with scaled weights, exported, so log-probs are far from uniform)."""
-    import math
-
-    import torch
-
     import hbpe.training.zero_shot.lm_eval_adapter  # noqa: F401  (registers "hbpe")
-    from hbpe.schemas.train_config import model_config
     from hbpe.training.checkpoint import load_model
     from hbpe.training.export import write_export
-    from hbpe.training.model import VocabSpec, build_model
     from hbpe.training.zero_shot.run import evaluate_model
+    from tests.training.test_zero_shot import _scaled_model
 
-    torch.manual_seed(5)
-    model = build_model(model_config("tiny", io=io), VocabSpec.from_tokenizer(gpt2_tokenizer)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 2.5 / math.sqrt(p.shape[1]))
+    model = _scaled_model(io, gpt2_tokenizer, seed=5)
     out = tmp_path / io
     write_export(model, gpt2_tokenizer, str(out), source={"test": io})
     monkeypatch.setenv("DISABLE_MULTIPROC", "1")

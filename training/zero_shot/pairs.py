@@ -128,26 +128,16 @@ def byte_patch_pair(cfg, entropy=None) -> Callable[[str, str], EncodedPair]:
     (7, 10)
     """
     from hbpe.schemas.symbols import EOD
-    from hbpe.training.byte_patching import (
-        UNBOUNDED_SAFETY_LIMIT,
-        entropy_starts,
-        patch_starts,
-        space_starts,
-        to_patches,
-    )
+    from hbpe.training.byte_patching import natural_starts, patch_limit, patch_starts, to_patches
 
-    bounded = cfg.io == "space" or cfg.entropy_bounded
-    limit = cfg.patch_max_bytes if bounded else UNBOUNDED_SAFETY_LIMIT
+    limit = patch_limit(cfg)
 
     def encode(context: str, continuation: str) -> EncodedPair:
         context, continuation = move_trailing_space(context, continuation)
         _check_continuation(continuation)
         boundary = 1 + len(context.encode("utf-8"))
         units = np.concatenate([[EOD], _bytes(context), _bytes(continuation)]).astype(np.int32)
-        if entropy is None:
-            natural = space_starts(units)
-        else:
-            natural = entropy_starts(entropy.entropies([units])[0], cfg.entropy_threshold)
+        natural = natural_starts(units, entropy, cfg.entropy_threshold)
         cut = to_patches(units, boundary, patch_starts(units, boundary, natural, limit), limit + 1)
         patches = cut.patches.astype(np.int64)
         scored = np.zeros((len(patches) - 1, limit + 1), dtype=bool)
