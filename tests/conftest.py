@@ -127,3 +127,30 @@ def copy_run(run: Path, dest: Path) -> Path:
 
     shutil.copytree(run, dest, symlinks=True, ignore=shutil.ignore_patterns("stream-cache"))
     return dest
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """moto's S3 server on 127.0.0.1 for this test process (tests/object_stores.py)."""
+    from tests.object_stores import s3_server as serve
+
+    with serve(tmp_path_factory.mktemp("moto")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    """gcp-storage-emulator on 127.0.0.1 for this test process (tests/object_stores.py)."""
+    from tests.object_stores import gcs_server as serve
+
+    with serve(tmp_path_factory.mktemp("gcs")) as server:
+        yield server
+
+
+@pytest.fixture(params=["s3", "gs"])
+def object_store(request, monkeypatch):
+    """Each object store in turn, with its clients' environment set for the test (and subprocesses)."""
+    server = request.getfixturevalue("s3_server" if request.param == "s3" else "gcs_server")
+    for key, value in server.env.items():
+        monkeypatch.setenv(key, value)
+    return server
