@@ -1,19 +1,59 @@
-"""What every `hbpe` command shares: the group that turns failures into one `error:` line, and the output helper.
+"""What every `hbpe` command shares: the group that turns failures into one `error:` line, the output helper,
+the global --verbose/--quiet state, and the check of a local path before the library reads it.
 
 A module of its own so that cli.py, cli_data.py and cli_train.py all import it and none imports another:
 cli.py attaches the commands the other two define.
+
+Verbosity lives in two places, both readable without importing the CLI: the level of the `hbpe`
+logger (every library module logs under it, so -v shows their INFO and DEBUG lines and -q hides
+all but warnings), and the `progress=` arguments the commands pass to the library (progress bars
+are explicit library arguments, never a hidden global, so the library behaves the same when
+called from Python). Inside a command, `is_quiet()` reads the flag from click's context.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 import click
 
-from hbpe.schemas.errors import HbpeError, debug_traceback, internal_error_line, one_line, os_problem
+from hbpe.schemas.errors import ConfigError, HbpeError, debug_traceback, internal_error_line, one_line, os_problem
+
+log = logging.getLogger("hbpe.cli")
+
+_QUIET, _VERBOSE = "hbpe.quiet", "hbpe.verbose"  # keys in click's ctx.meta, shared by every context of one invocation
+# every option shows its default in --help; contexts inherit this from the group's
+CONTEXT_SETTINGS = {"show_default": True}
+
+
+# options renamed when the CLI got one name per concept: no aliases, but the error names the new one
+# (click suggests close spellings itself, e.g. --output -> --out; these are too far apart for that)
+RENAMED = {"--corpus": "--input", "--train-corpus": "--train-input", "--eval-corpus": "--eval-input"}
+
+
+class _Command(click.Command):
+    """A command that logs its resolved parameters at DEBUG (seen with `hbpe -v`), and whose "no such
+    option" error names the new name of a renamed option."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            own = {o for p in self.params for o in p.opts}
+            if RENAMED.get(e.option_name) in own:
+                e.possibilities = [RENAMED[e.option_name]]
+            elif e.option_name == "--config" and any(p.name == "config" for p in self.params):
+                e.message = f"No such option '--config': CONFIG is the first argument (`{ctx.command_path} tiny ...`)"
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        log.debug("%s %s", ctx.command_path, " ".join(f"{k}={v!r}" for k, v in ctx.params.items()))
+        return super().invoke(ctx)
 
 
 class _Group(click.Group):
@@ -24,6 +64,9 @@ class _Group(click.Group):
     Anything else is a bug: one line, exit 1, and the traceback with HBPE_DEBUG=1.
     Ctrl-C: exit 130, the shell's convention for SIGINT. Click's own usage errors pass through.
     """
+
+    command_class = _Command
+    group_class = type  # subgroups made with @group.group are _Group too
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -56,3 +99,78 @@ def _internal_error(e: BaseException) -> NoReturn:
 def _emit(obj: Any, as_json: bool, render: Callable[[Any], str], *, ensure_ascii: bool = True) -> None:
     """The one output path of every command with `--json`: indented, sorted JSON, or the human rendering."""
     click.echo(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=ensure_ascii) if as_json else render(obj))
+
+
+def json_option(what: str = "the result") -> Callable[[Callable], Callable]:
+    """`--json`, the same flag with the same wording on every command that reports something."""
+    return click.option("--json", "as_json", is_flag=True, help=f"Print {what} as JSON on stdout.")
+
+
+# --------------------------------------------------------------------------- --verbose / --quiet
+
+
+class _EchoHandler(logging.Handler):
+    """Log records on click's stderr (resolved per record, so click's test runner captures them too)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(self.format(record), err=True)
+
+
+_HANDLER = _EchoHandler()
+_HANDLER.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+
+
+def set_verbosity(ctx: click.Context, *, verbose: bool, quiet: bool) -> None:
+    """Apply `hbpe -v` / `hbpe -q` for this invocation (each one starts from the default again).
+
+    default: the `hbpe` logger as Python leaves it (warnings only); -v: DEBUG and up on stderr;
+    -q: warnings only, no progress bars, no progress lines.
+    """
+    if verbose and quiet:
+        raise click.UsageError("--verbose and --quiet exclude each other: pass one")
+    root = logging.getLogger("hbpe")
+    root.removeHandler(_HANDLER)
+    root.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.NOTSET)
+    if verbose:
+        root.addHandler(_HANDLER)
+    ctx.meta[_QUIET], ctx.meta[_VERBOSE] = quiet, verbose
+
+
+def is_quiet() -> bool:
+    """Whether `hbpe -q` was given (False for a command run without the group, e.g. in a test)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(_QUIET))
+
+
+def is_verbose() -> bool:
+    """Whether `hbpe -v` was given: the library's INFO lines are then on stderr already."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(_VERBOSE))
+
+
+def say(line: str) -> None:
+    """A progress or status line on stderr, unless `hbpe -q`: stdout stays the result alone."""
+    if not is_quiet():
+        click.echo(line, err=True)
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def is_uri(value: str) -> bool:
+    """gs://..., s3://...: a location the library resolves (object stores); anything else is a local path."""
+    return "://" in value
+
+
+def check_local_paths(flag: str, values: str | Iterable[str]) -> None:
+    """A clear `error:` for a local path that does not exist, before the library reads it.
+
+    URIs and globs are left to the library (they may exist only remotely, or match many files).
+    """
+    for value in [values] if isinstance(values, str) else values:
+        if not value:
+            raise ConfigError(f"{flag} is empty: pass a path")
+        if is_uri(value) or any(c in value for c in "*?["):
+            continue
+        if not os.path.exists(value):
+            raise ConfigError(f"{flag} {value} does not exist; check the path")

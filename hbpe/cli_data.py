@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from hbpe.cli_common import _emit, _Group
+from hbpe.cli_common import _Command, _emit, _Group, check_local_paths, is_quiet, is_verbose, json_option, say
 from hbpe.schemas.manifest import Counts
 
 
@@ -36,8 +36,13 @@ def render_summary(m: dict[str, Any]) -> str:
     return "\n".join([f"{k:<{w}}  {v}" for k, v in rows] + [f"{'accounting':<{w}}  read = written + rejected: {ok}"])
 
 
-@click.command("convert", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.option("--tokenizer", "tokenizer_dir", required=True, help="Tokenizer directory from `hbpe tokenizer train`.")
+_CONVERT_SETTINGS = {"ignore_unknown_options": True, "allow_extra_args": True, "show_default": True}
+_TOKENIZER_HELP = "Tokenizer directory from `hbpe tokenizer train`."
+_DATA_HELP = "Shard directory from `hbpe convert`."
+
+
+@click.command("convert", cls=_Command, context_settings=_CONVERT_SETTINGS)
+@click.option("--tokenizer", "tokenizer_dir", required=True, help=_TOKENIZER_HELP)
 @click.option(
     "--input",
     "inputs",
@@ -50,36 +55,49 @@ def render_summary(m: dict[str, Any]) -> str:
     "--exclude",
     "excludes",
     multiple=True,
+    show_default="none",
     help="Leave out files whose name or path matches this glob, e.g. '*.md' (repeatable).",
 )
 @click.option(
-    "--output",
+    "--out",
     required=True,
-    help="Output directory (local or gs://, s3://); missing parent folders are created.",
+    help="Output shard directory (local or gs://, s3://); missing parent folders are created.",
 )
-@click.option("--seq-len", type=click.IntRange(min=1), default=1024, show_default=True, help="Patches per sample (N).")
-@click.option("--text-field", default="text", show_default=True, help="Dotted path of the text in each record.")
-@click.option("--id-field", default="id", show_default=True, help="Dotted path of an id carried into reject records.")
-@click.option("--tail", type=click.Choice(["drop", "pad"]), default="drop", show_default=True)
-@click.option("--invalid-utf8", type=click.Choice(["reject", "replace"]), default="reject", show_default=True)
-@click.option("--max-doc-bytes", type=click.IntRange(min=1), default=None, help="Reject documents larger than this.")
+@click.option("--seq-len", type=click.IntRange(min=1), default=1024, help="Patches per sample (N).")
+@click.option("--text-field", default="text", help="Dotted path of the text in each record.")
+@click.option("--id-field", default="id", help="Dotted path of an id carried into reject records.")
+@click.option(
+    "--tail",
+    type=click.Choice(["drop", "pad"]),
+    default="drop",
+    help="The last sample's short end: drop it, or pad it to --seq-len.",
+)
+@click.option(
+    "--invalid-utf8",
+    type=click.Choice(["reject", "replace"]),
+    default="reject",
+    help="A document that is not UTF-8: reject it, or replace the bad bytes with U+FFFD.",
+)
+@click.option(
+    "--max-doc-bytes",
+    type=click.IntRange(min=1),
+    default=None,
+    show_default="no limit",
+    help="Reject documents larger than this.",
+)
 @click.option(
     "--text-unit",
     type=click.Choice(["file", "line"]),
     default="file",
-    show_default=True,
     help=".txt: one document per file or per line.",
 )
 @click.option(
     "--split-mb",
     type=click.IntRange(min=1),
     default=64,
-    show_default=True,
     help="Byte-range size for large uncompressed files.",
 )
-@click.option(
-    "--shard-mb", type=click.IntRange(min=1), default=64, show_default=True, help="Target uncompressed shard size."
-)
+@click.option("--shard-mb", type=click.IntRange(min=1), default=64, help="Target uncompressed shard size.")
 @click.option(
     "--overwrite",
     is_flag=True,
@@ -89,13 +107,12 @@ def render_summary(m: dict[str, Any]) -> str:
 @click.option(
     "--resume",
     is_flag=True,
-    help="Continue an interrupted conversion into OUTPUT, reusing the units it encoded (same options, inputs "
+    help="Continue an interrupted conversion into --out, reusing the units it encoded (same options, inputs "
     "and tokenizer, or it is refused); an interrupted --resume run keeps its own units for the next one.",
 )
 @click.option(
     "--runner",
     default="auto",
-    show_default=True,
     help="inprocess (no Beam), a Beam runner (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, "
     "PortableRunner, ...), or auto: inprocess for a local job with no Beam option, else DirectRunner.",
 )
@@ -103,16 +120,17 @@ def render_summary(m: dict[str, Any]) -> str:
     "--workers",
     type=click.IntRange(min=1),
     default=None,
-    help="Worker processes of a local run (inprocess, or DirectRunner's --direct_num_workers). [default: all cores]",
+    show_default="all cores",
+    help="Worker processes of a local run (inprocess, or DirectRunner's --direct_num_workers).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+@json_option("the manifest")
 @click.pass_context
 def convert(
     ctx: click.Context,
     tokenizer_dir: str,
     inputs: tuple[str, ...],
     excludes: tuple[str, ...],
-    output: str,
+    out: str,
     seq_len: int,
     text_field: str,
     id_field: str,
@@ -135,6 +153,10 @@ def convert(
     no Beam option runs in process (no Beam start-up cost), the others on Beam's
     DirectRunner on all local cores unless --runner names another; the choice is
     printed. The output is the same either way.
+
+    \b
+    Example:
+      hbpe convert --tokenizer runs/demo/tokenizer --input data/sample/en-sotu-sample.jsonl.zst --out /tmp/shards --seq-len 128
     """
     from hbpe.pipeline.beam.convert import ConversionInterrupted, run_convert
     from hbpe.pipeline.beam.quiet import quiet_beam
@@ -145,10 +167,12 @@ def convert(
         from hbpe.pipeline.beam.options import check_pipeline_args
 
         check_pipeline_args(ctx.args, hbpe_options=[o for p in ctx.command.params for o in p.opts])
+    check_local_paths("--tokenizer", tokenizer_dir)
+    check_local_paths("--input", inputs)
     cfg = ConvertConfig(
         inputs=inputs,
         excludes=excludes,
-        output=output,
+        output=out,
         tokenizer=tokenizer_dir,
         seq_len=seq_len,
         text_field=text_field,
@@ -160,7 +184,7 @@ def convert(
         split_bytes=split_mb << 20,
         shard_bytes=shard_mb << 20,
     )
-    shown = output if "://" in output else os.path.abspath(output)  # a mistyped path shows at once
+    shown = out if "://" in out else os.path.abspath(out)  # a mistyped path shows at once
     try:
         m = run_convert(
             cfg,
@@ -169,8 +193,9 @@ def convert(
             resume=resume,
             runner=runner,
             workers=workers,
-            on_start=lambda units: click.echo(f"converting {len(units)} work units -> {shown}", err=True),
-            on_message=lambda line: click.echo(line, err=True),
+            progress=not is_quiet(),
+            on_start=lambda units: say(f"converting {len(units)} work units -> {shown}"),
+            on_message=None if is_verbose() else say,  # with -v the library's log shows these lines
         )
     except ConversionInterrupted as e:
         click.echo(f"error: {e}", err=True)
@@ -178,24 +203,34 @@ def convert(
     _emit(m, as_json, render_summary)
 
 
-@click.group("shards", cls=_Group)
+@click.group("shards", cls=_Group, context_settings={"show_default": True})
 def shards() -> None:
-    """Inspect, verify, export and summarize shard directories."""
+    """Inspect, verify, export and summarize shard directories.
+
+    \b
+    Example:
+      hbpe shards verify --data runs/demo/shards-train
+    """
 
 
 @shards.command("inspect")
-@click.argument("directory", type=click.Path(exists=True, file_okay=False))
-@click.option("--samples", type=click.IntRange(min=0), default=2, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
-def shards_inspect(directory: str, samples: int, as_json: bool) -> None:
-    """Manifest, counts, columns and a few decoded samples."""
+@click.option("--data", required=True, help=_DATA_HELP)
+@click.option("--samples", type=click.IntRange(min=0), default=2, help="Samples to decode and show.")
+@json_option()
+def shards_inspect(data: str, samples: int, as_json: bool) -> None:
+    """Manifest, counts, columns and a few decoded samples.
+
+    \b
+    Example:
+      hbpe shards inspect --data runs/demo/shards-train --samples 1
+    """
     from hbpe.pipeline.shards.reader import ShardDir
     from hbpe.pipeline.shards.tools import inspect
 
     def render(info: dict[str, Any]) -> str:
         c = info["counts"]
         lines = [
-            f"{directory}: {info['shards']} shards, {info['samples']} samples x {info['seq_len']} patches, S={info['max_patch_size']} ({info['mode']})",
+            f"{data}: {info['shards']} shards, {info['samples']} samples x {info['seq_len']} patches, S={info['max_patch_size']} ({info['mode']})",
             f"tokenizer {info['tokenizer_fingerprint'][:16]}  inputs {len(info['inputs'])}  on disk {info['bytes_on_disk'] / 1e6:.2f} MB (x{info['compression_ratio']:.1f} compression)",
             f"documents {c['documents_written']} written, {c['documents_rejected']} rejected {c['rejected_by_reason'] or ''}",
             "columns: " + ", ".join(f"{k}={v}" for k, v in info["columns"].items()),
@@ -203,47 +238,73 @@ def shards_inspect(directory: str, samples: int, as_json: bool) -> None:
         lines += [f"--- sample {s['sample']} ({s['num_bytes']} bytes)\n{s['text']}" for s in info["samples_preview"]]
         return "\n".join(lines)
 
+    check_local_paths("--data", data)
     # the samples' text as it is, not as \u escapes: the preview is for reading
-    _emit(inspect(ShardDir(directory), samples=samples), as_json, render, ensure_ascii=False)
+    _emit(inspect(ShardDir(data), samples=samples), as_json, render, ensure_ascii=False)
 
 
 @shards.command("verify")
-@click.argument("directory", type=click.Path(exists=True, file_okay=False))
-def shards_verify(directory: str) -> None:
-    """Hashes, manifest consistency and patches == tokenizer(tokens) on every sample."""
+@click.option("--data", required=True, help=_DATA_HELP)
+@json_option("{data, ok, problems}")
+def shards_verify(data: str, as_json: bool) -> None:
+    """Hashes, manifest consistency and patches == tokenizer(tokens) on every sample; exit 1 on a problem.
+
+    \b
+    Example:
+      hbpe shards verify --data runs/demo/shards-train
+    """
     from hbpe.pipeline.shards.reader import ShardDir
     from hbpe.pipeline.shards.tools import verify
 
-    problems = verify(ShardDir(directory))
-    if problems:
+    check_local_paths("--data", data)
+    problems = verify(ShardDir(data))
+    r = {"data": data, "ok": not problems, "problems": problems}
+    if as_json:
+        _emit(r, True, str)
+    elif problems:
         for p in problems:
             click.echo(f"FAIL {p}", err=True)
+    else:
+        click.echo(f"OK {data}: hashes, manifest and every sample's patches check out")
+    if problems:
         sys.exit(1)
-    click.echo(f"OK {directory}: hashes, manifest and every sample's patches check out")
 
 
 @shards.command("export-text")
-@click.argument("directory", type=click.Path(exists=True, file_okay=False))
-@click.option("--output", required=True, type=click.Path(dir_okay=False))
-def shards_export(directory: str, output: str) -> None:
-    """Rebuild the documents from the shards' patches as JSON lines with `text`."""
+@click.option("--data", required=True, help=_DATA_HELP)
+@click.option("--out", required=True, help='The JSON-lines file to write (one {"text": ...} per document).')
+@json_option()
+def shards_export(data: str, out: str, as_json: bool) -> None:
+    """Rebuild the documents from the shards' patches as JSON lines with `text`.
+
+    \b
+    Example:
+      hbpe shards export-text --data runs/demo/shards-train --out /tmp/documents.jsonl
+    """
     from hbpe.pipeline.shards.reader import ShardDir
     from hbpe.pipeline.shards.tools import export_text_to
 
-    r = export_text_to(output, ShardDir(directory))
-    note = (
-        f" ({r['truncated_tail_documents']} document cut by --tail drop not written)"
-        if r["truncated_tail_documents"]
-        else ""
-    )
-    click.echo(f"wrote {r['documents']} documents to {output}{note}")
+    check_local_paths("--data", data)
+    r = {**export_text_to(out, ShardDir(data)), "out": out}
+
+    def render(r: dict[str, Any]) -> str:
+        cut = r["truncated_tail_documents"]
+        note = f" ({cut} document cut by --tail drop not written)" if cut else ""
+        return f"wrote {r['documents']} documents to {r['out']}{note}"
+
+    _emit(r, as_json, render)
 
 
 @shards.command("stats")
-@click.argument("directory", type=click.Path(exists=True, file_okay=False))
-@click.option("--json", "as_json", is_flag=True)
-def shards_stats(directory: str, as_json: bool) -> None:
-    """Counts and statistics of a shard directory."""
+@click.option("--data", required=True, help=_DATA_HELP)
+@json_option()
+def shards_stats(data: str, as_json: bool) -> None:
+    """Counts and statistics of a shard directory.
+
+    \b
+    Example:
+      hbpe shards stats --data runs/demo/shards-train --json
+    """
     from hbpe.pipeline.shards.reader import ShardDir
     from hbpe.pipeline.shards.tools import stats
 
@@ -255,27 +316,32 @@ def shards_stats(directory: str, as_json: bool) -> None:
             f"on disk {st['bytes_on_disk'] / 1e6:.2f} MB"
         )
 
-    _emit(stats(ShardDir(directory)), as_json, render)
+    check_local_paths("--data", data)
+    _emit(stats(ShardDir(data)), as_json, render)
 
 
-@click.command("convert", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.option("--tokenizer", "tokenizer_dir", required=True)
-@click.option("--corpus", required=True)
-@click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True, help="Repeat the corpus K times.")
-@click.option("--seq-len", type=click.IntRange(min=1), default=1024, show_default=True)
-@click.option("--split-mb", type=click.IntRange(min=1), default=16, show_default=True)
+@click.command("convert", cls=_Command, context_settings=_CONVERT_SETTINGS)
+@click.option("--tokenizer", "tokenizer_dir", required=True, help=_TOKENIZER_HELP)
+@click.option("--input", "input_file", required=True, help="One corpus file (jsonl, jsonl.zst, txt, parquet).")
+@click.option("--scale", type=click.IntRange(min=1), default=1, help="Repeat the corpus K times.")
+@click.option("--seq-len", type=click.IntRange(min=1), default=1024, help="Patches per sample (N).")
 @click.option(
-    "--runner", default="auto", show_default=True, help="As for `hbpe convert`: auto, inprocess, DirectRunner, ..."
+    "--split-mb", type=click.IntRange(min=1), default=16, help="Byte-range size for large uncompressed files."
 )
+@click.option("--runner", default="auto", help="As for `hbpe convert`: auto, inprocess, DirectRunner, ...")
 @click.option(
-    "--workers", type=click.IntRange(min=1), default=None, help="Processes (and tiktoken threads). [default: all cores]"
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    show_default="all cores",
+    help="Processes (and tiktoken threads).",
 )
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 @click.pass_context
 def bench_convert(
     ctx: click.Context,
     tokenizer_dir: str,
-    corpus: str,
+    input_file: str,
     scale: int,
     seq_len: int,
     split_mb: int,
@@ -286,6 +352,10 @@ def bench_convert(
     """Conversion MB/s vs tiktoken encode_ordinary_batch alone on the same text and cores; peak memory.
 
     Extra arguments are Beam pipeline options, as for `hbpe convert`.
+
+    \b
+    Example:
+      hbpe bench convert --tokenizer runs/demo/tokenizer --input data/sample/en-sotu-sample.jsonl.zst --runner inprocess
     """
     from hbpe.pipeline.beam.bench_convert import bench_convert as run
     from hbpe.pipeline.beam.quiet import quiet_beam
@@ -295,9 +365,11 @@ def bench_convert(
         from hbpe.pipeline.beam.options import check_pipeline_args
 
         check_pipeline_args(ctx.args, hbpe_options=[o for p in ctx.command.params for o in p.opts])
+    check_local_paths("--tokenizer", tokenizer_dir)
+    check_local_paths("--input", input_file)
     r = run(
         tokenizer_dir,
-        corpus,
+        input_file,
         scale=scale,
         seq_len=seq_len,
         split_bytes=split_mb << 20,

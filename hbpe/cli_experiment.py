@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import click
 
-from hbpe.cli_common import _emit
+from hbpe.cli_common import _Command, _emit, is_quiet, json_option, say
 
 
-@click.command("flops")
+@click.command("flops", cls=_Command)
 @click.argument("config")
 @click.argument("overrides", nargs=-1)
-@click.option("--data", default=None, help="Shards to measure patching on (default: the config's data.train).")
 @click.option(
-    "--bytes", "input_bytes", type=click.IntRange(min=1), default=8192, show_default=True, help="Text per forward pass."
+    "--data",
+    default=None,
+    show_default="the config's data.train",
+    help="Shard directory to measure patch lengths on.",
 )
-@click.option("--samples", type=click.IntRange(min=1), default=256, show_default=True, help="Samples measured.")
-@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@click.option("--bytes", "input_bytes", type=click.IntRange(min=1), default=8192, help="Text per forward pass.")
+@click.option("--samples", type=click.IntRange(min=1), default=256, help="Samples measured.")
+@json_option("the rows")
 def flops_cmd(
     config: str, overrides: tuple[str, ...], data: str | None, input_bytes: int, samples: int, as_json: bool
 ) -> None:
@@ -24,7 +27,9 @@ def flops_cmd(
     symbols per patch, from the patch lengths measured on the shards. The entropy rows need
     model.entropy_model (and a threshold or target) in the config or the overrides.
 
-    Example: hbpe flops small data.train=runs/demo/shards-train --bytes 8192
+    \b
+    Example:
+      hbpe flops small data.train=runs/demo/shards-train --bytes 8192
     """
     from hbpe.training.config_io import load_config
     from hbpe.training.scheme_stats import flops_table, render_table1
@@ -37,34 +42,47 @@ def flops_cmd(
     _emit(rows, as_json, lambda rs: f"forward pass on {input_bytes} bytes of {shards}\n" + render_table1(rs))
 
 
-@click.command("experiment")
+@click.command("experiment", cls=_Command)
 @click.argument("preset")
 @click.argument("overrides", nargs=-1)
 @click.option(
-    "--out", default=None, help="Output folder (default: runs/experiments/PRESET). A rerun skips finished runs."
+    "--out",
+    default=None,
+    show_default="runs/experiments/PRESET",
+    help="Output folder; a rerun skips finished runs.",
 )
-@click.option("--train-corpus", multiple=True, help="Training corpus files (jsonl, jsonl.zst, txt; repeatable).")
 @click.option(
-    "--eval-corpus", multiple=True, help="Held-out corpus files (default: every 10th document of the training corpus)."
+    "--train-input",
+    multiple=True,
+    show_default="the preset's corpus",
+    help="Training corpus files (jsonl, jsonl.zst, txt; repeatable).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print results.json instead of the table.")
+@click.option(
+    "--eval-input",
+    multiple=True,
+    show_default="every 10th document of the training corpus",
+    help="Held-out corpus files (repeatable).",
+)
+@json_option("results.json instead of the table")
 def experiment_cmd(
-    preset: str, overrides: tuple[str, ...], out: str | None, train_corpus: tuple[str, ...],
-    eval_corpus: tuple[str, ...], as_json: bool,
+    preset: str, overrides: tuple[str, ...], out: str | None, train_input: tuple[str, ...],
+    eval_input: tuple[str, ...], as_json: bool,
 ) -> None:  # fmt: skip
     """Run an experiment: a preset (table1-mini, chinese-mini, vocab-mini, s-ablation-mini,
     table1-small, table3-medium) or a YAML file, with key=value overrides of its spec
     (`batches=100`, `model.latent_layers=4` for every run). Writes results.json, table.md and
     PNG plots to --out.
 
-    Example: hbpe experiment table1-mini --out runs/experiments/table1-mini
+    \b
+    Example:
+      hbpe experiment table1-mini --out runs/experiments/table1-mini
     """
     from pathlib import Path
 
     from hbpe.training.experiments.presets import load_spec
     from hbpe.training.experiments.runner import run_experiment
 
-    spec = load_spec(preset, overrides, train_corpus=train_corpus, eval_corpus=eval_corpus)
+    spec = load_spec(preset, overrides, train_corpus=train_input, eval_corpus=eval_input)
     folder = Path(out or Path("runs", "experiments", spec.name))
-    report = run_experiment(spec, folder, on_event=lambda line: click.echo(line, err=True))
+    report = run_experiment(spec, folder, on_event=say, progress=not is_quiet())
     _emit(report, as_json, lambda r: r["table"] + "\n" + "\n".join(f"plot: {p}" for p in r["plots"]))

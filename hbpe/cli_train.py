@@ -7,28 +7,40 @@ from typing import Any
 
 import click
 
-from hbpe.cli_common import _emit, _Group
+from hbpe.cli_common import _Command, _emit, _Group, check_local_paths, is_quiet, json_option
 
 
-@click.command("train")
+@click.command("train", cls=_Command)
 @click.argument("config")
 @click.argument("overrides", nargs=-1)
 @click.option(
     "--nproc",
     type=click.IntRange(min=1),
     default=1,
-    show_default=True,
     help="Processes on this node (Composer's launcher).",
 )
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, help="Nodes of the run (each runs this).")
 @click.option(
-    "--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes of the run (each runs this)."
+    "--node-rank",
+    type=click.IntRange(min=0),
+    default=None,
+    show_default="none: one node",
+    help="This node's rank, 0..nnodes-1 (with --nnodes > 1).",
 )
-@click.option("--node-rank", type=click.IntRange(min=0), default=None, help="This node's rank, 0..nnodes-1.")
-@click.option("--master-addr", default=None, help="Address of node 0, where the ranks meet (with --nnodes > 1).")
 @click.option(
-    "--master-port", type=click.IntRange(1, 65535), default=None, help="Port on node 0 (default: a free one on 1 node)."
+    "--master-addr",
+    default=None,
+    show_default="none: one node",
+    help="Address of node 0, where the ranks meet (with --nnodes > 1).",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--master-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    show_default="a free port on one node",
+    help="Port on node 0 (with --nproc > 1 or --nnodes > 1).",
+)
+@json_option("the training result")
 def train_cmd(
     config: str,
     overrides: tuple[str, ...],
@@ -42,14 +54,16 @@ def train_cmd(
     """Train from a YAML config (a path or tiny/small/medium) with key=value overrides.
 
     \b
-    Example: hbpe train tiny data.train=runs/demo/shards-train max_duration=200ba
-    On N nodes, the same command on every node R = 0..N-1:
-      hbpe train small ... --nproc 8 --nnodes N --node-rank R --master-addr NODE0 --master-port 29500
+    Example:
+      hbpe train tiny data.train=runs/demo/shards-train data.eval=runs/demo/shards-eval max_duration=20ba save_folder=/tmp/run
+    On 2 nodes of 8 GPUs, the same command on node 0 and node 1 (--node-rank 1), NODE0 being node 0's address:
+      hbpe train small data.train=gs://bucket/shards --nproc 8 --nnodes 2 --node-rank 0 --master-addr NODE0 --master-port 29500
     """
     from hbpe.schemas.errors import ConfigError
     from hbpe.training.config_io import load_config
 
     _check_nodes(nproc, nnodes, node_rank, master_addr, master_port)
+    overrides = _quiet_console(overrides)
     cfg = load_config(config, list(overrides))  # validate before launching anything
     world = nproc * nnodes
     if cfg.global_batch_size % world:
@@ -64,6 +78,11 @@ def train_cmd(
     from hbpe.training.trainer import train
 
     _emit(train(cfg), as_json, _render_train)
+
+
+def _quiet_console(overrides: tuple[str, ...]) -> tuple[str, ...]:
+    """With `hbpe -q`, Composer's console metric lines are off too (the last override wins)."""
+    return (*overrides, "console=false") if is_quiet() else overrides
 
 
 def _check_nodes(
@@ -151,16 +170,21 @@ _CHECKPOINT_HELP = (
 )
 
 
-@click.command("eval")
+@click.command("eval", cls=_Command)
 @click.option("--checkpoint", required=True, help=_CHECKPOINT_HELP)
 @click.option("--data", required=True, help="Shard directory from `hbpe convert`.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option("--max-batches", type=click.IntRange(min=1), default=None)
-@click.option("--device", default="auto", show_default=True, help=_DEVICE_HELP)
+@click.option("--batch-size", type=click.IntRange(min=1), default=8, help="Samples per batch.")
 @click.option(
-    "--progress/--no-progress", default=None, help="A progress bar on stderr (default: when it is a terminal)."
+    "--max-batches", type=click.IntRange(min=1), default=None, show_default="all", help="Evaluate the first N batches."
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--device", default="auto", help=_DEVICE_HELP)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    show_default="when stderr is a terminal, never with hbpe -q",
+    help="A progress bar on stderr.",
+)
+@json_option()
 def eval_cmd(
     checkpoint: str,
     data: str,
@@ -170,12 +194,19 @@ def eval_cmd(
     progress: bool | None,
     as_json: bool,
 ) -> None:
-    """BPB, loss, bytes per patch and symbols per patch on the given shards."""
+    """BPB, loss, bytes per patch and symbols per patch on the given shards.
+
+    \b
+    Example:
+      hbpe eval --checkpoint runs/demo/train --data runs/demo/shards-eval
+    """
     from hbpe.training.devices import resolve_device
     from hbpe.training.evaluate import evaluate
 
     dev = resolve_device(device)  # before anything is loaded
-    show = sys.stderr.isatty() if progress is None else progress
+    check_local_paths("--checkpoint", checkpoint)
+    check_local_paths("--data", data)
+    show = False if is_quiet() else sys.stderr.isatty() if progress is None else progress  # -q wins
     r = evaluate(checkpoint, data, batch_size=batch_size, max_batches=max_batches, device=dev, progress=show)
     _emit(r, as_json, _render_eval)
 
@@ -208,17 +239,29 @@ def _read_prompts(prompts: tuple[str, ...], prompts_file: str | None) -> list[st
     return out
 
 
-@click.command("generate")
+@click.command("generate", cls=_Command)
 @click.option("--checkpoint", required=True, help=_CHECKPOINT_HELP)
-@click.option("--prompt", "prompts", multiple=True, help="A prompt; repeat for several, generated in batches.")
-@click.option("--prompts-file", type=click.Path(dir_okay=False), default=None, help="One prompt per line (UTF-8).")
-@click.option("--max-bytes", type=click.IntRange(min=1), default=200, show_default=True)
-@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True, help="0 = greedy.")
-@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Prompts per batch.")
-@click.option("--device", default="auto", show_default=True, help=_DEVICE_HELP)
+@click.option(
+    "--prompt",
+    "prompts",
+    multiple=True,
+    show_default="none",
+    help="A prompt; repeat for several, generated in batches.",
+)
+@click.option(
+    "--prompts-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    show_default="none",
+    help="One prompt per line (UTF-8), after the --prompt ones.",
+)
+@click.option("--max-bytes", type=click.IntRange(min=1), default=200, help="New bytes at most per prompt.")
+@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, help="Sampling temperature; 0 = greedy.")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, help="Prompt i samples with seed + i.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, help="Prompts per batch.")
+@click.option("--device", default="auto", help=_DEVICE_HELP)
 @click.option("--no-cache", is_flag=True, help="Recompute without KV caches (slow reference).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON list of {prompt, text, new_bytes, ...}.")
+@json_option("one list of {prompt, text, new_bytes, ...}")
 def generate_cmd(
     checkpoint: str,
     prompts: tuple[str, ...],
@@ -233,7 +276,12 @@ def generate_cmd(
 ) -> None:
     """Generate text patch by patch (at most --max-bytes new bytes, cut at a UTF-8 character boundary).
 
-    Prompt i (0-based, --prompt ones first) samples with seed + i, alone or in any batch.
+    Prompt i (0-based, --prompt ones first) samples with seed + i, alone or in any batch. The text
+    goes to stdout, a line of numbers per prompt to stderr (not with -q).
+
+    \b
+    Example:
+      hbpe generate --checkpoint runs/demo/train --prompt "Fellow-Citizens" --max-bytes 80
     """
     import dataclasses
 
@@ -241,6 +289,7 @@ def generate_cmd(
     from hbpe.training.devices import resolve_device
     from hbpe.training.generate import check_generate_args, generate_batch
 
+    check_local_paths("--checkpoint", checkpoint)
     texts = _read_prompts(prompts, prompts_file)
     for p in texts:  # before loading a model
         check_generate_args(p, max_bytes=max_bytes, temperature=temperature, seed=seed)
@@ -264,6 +313,8 @@ def generate_cmd(
     }
     for g in gens:
         click.echo(g.text)
+        if is_quiet():
+            continue
         click.echo(
             f"[{g.new_bytes} bytes, {g.patches} patches, {g.symbols} symbols in {g.seconds:.2f}s; "
             f"stopped: {g.stopped}{why.get(g.stopped, '')}]",
@@ -271,18 +322,23 @@ def generate_cmd(
         )
 
 
-@click.command("export")
+@click.command("export", cls=_Command)
 @click.option("--checkpoint", required=True, help=_CHECKPOINT_HELP)
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="The model directory to write.")
+@click.option("--out", required=True, help="The model directory to write.")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier export in --out (nothing else).")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 def export_cmd(checkpoint: str, out: str, overwrite: bool, as_json: bool) -> None:
     """A self-contained model directory (safetensors weights, model config, tokenizer) that eval and generate load.
 
     Loads without Composer state and without unpickling; tied weights are stored once and tied again on load.
+
+    \b
+    Example:
+      hbpe export --checkpoint runs/demo/train --out /tmp/model
     """
     from hbpe.training.export import export_model
 
+    check_local_paths("--checkpoint", checkpoint)
     _emit(export_model(checkpoint, out, overwrite=overwrite), as_json, _render_export)
 
 
@@ -294,20 +350,36 @@ def _render_export(r: dict[str, Any]) -> str:
     )
 
 
-@click.group("checkpoint", cls=_Group)
+@click.group("checkpoint", cls=_Group, context_settings={"show_default": True})
 def checkpoint_group() -> None:
-    """Work with training checkpoints."""
+    """Work with training checkpoints.
+
+    \b
+    Example:
+      hbpe checkpoint consolidate --checkpoint runs/fsdp-run
+    """
 
 
 @checkpoint_group.command("consolidate")
 @click.option("--checkpoint", "path", required=True, help="A sharded checkpoint folder, or an FSDP2 run's save folder.")
-@click.option("--out", default=None, help="The .pt to write (default: FOLDER-consolidated.pt beside the folder).")
-@click.option("--overwrite", is_flag=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--out",
+    default=None,
+    show_default="FOLDER-consolidated.pt beside the folder",
+    help="The .pt file to write (inside the run folder).",
+)
+@click.option("--overwrite", is_flag=True, help="Replace an earlier consolidated file at --out.")
+@json_option()
 def checkpoint_consolidate_cmd(path: str, out: str | None, overwrite: bool, as_json: bool) -> None:
-    """A sharded (FSDP2) checkpoint's model as one .pt file in its run folder (eval and generate also read the folder)."""
+    """A sharded (FSDP2) checkpoint's model as one .pt file in its run folder (eval and generate also read the folder).
+
+    \b
+    Example (a run trained with fsdp, e.g. `hbpe train small --nproc 2 ...`):
+      hbpe checkpoint consolidate --checkpoint runs/fsdp-run
+    """
     from hbpe.training.consolidate import consolidate_checkpoint
 
+    check_local_paths("--checkpoint", path)
     _emit(
         consolidate_checkpoint(path, out, overwrite=overwrite),
         as_json,
@@ -315,17 +387,23 @@ def checkpoint_consolidate_cmd(path: str, out: str | None, overwrite: bool, as_j
     )
 
 
-@click.command("train")
-@click.option("--config", "config", default="tiny", show_default=True)
-@click.option("--batches", type=click.IntRange(min=2), default=20, show_default=True)
+@click.command("train", cls=_Command)
+@click.argument("config")
 @click.argument("overrides", nargs=-1)
-@click.option("--json", "as_json", is_flag=True)
-def bench_train_cmd(config: str, batches: int, overrides: tuple[str, ...], as_json: bool) -> None:
-    """Training bytes/s and patches/s (and MFU on a GPU) for a config."""
+@click.option("--batches", type=click.IntRange(min=2), default=20, help="Batches to time (the first one is warm-up).")
+@json_option()
+def bench_train_cmd(config: str, overrides: tuple[str, ...], batches: int, as_json: bool) -> None:
+    """Training bytes/s and patches/s (and MFU on a GPU) for CONFIG (a path or tiny/small/medium) with overrides.
+
+    \b
+    Example:
+      hbpe bench train tiny data.train=runs/demo/shards-train --batches 5
+    """
     from hbpe.training.bench import bench_train
     from hbpe.training.config_io import load_config
 
-    _emit(bench_train(load_config(config, list(overrides)), batches=batches), as_json, _render_bench_train)
+    cfg = load_config(config, list(_quiet_console(overrides)))
+    _emit(bench_train(cfg, batches=batches), as_json, _render_bench_train)
 
 
 def _render_bench_train(r: dict[str, Any]) -> str:
@@ -336,21 +414,27 @@ def _render_bench_train(r: dict[str, Any]) -> str:
     )
 
 
-@click.command("generate")
+@click.command("generate", cls=_Command)
 @click.option("--checkpoint", required=True, help=_CHECKPOINT_HELP)
-@click.option("--prompt", default="The State of the Union", show_default=True)
-@click.option("--max-bytes", type=click.IntRange(min=1), default=200, show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=2), default=8, show_default=True, help="Prompts in the batch.")
-@click.option("--repeat", type=click.IntRange(min=1), default=2, show_default=True, help="Best of N runs.")
-@click.option("--device", default="auto", show_default=True, help=_DEVICE_HELP)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--prompt", default="The State of the Union", help="The prompt of every run.")
+@click.option("--max-bytes", type=click.IntRange(min=1), default=200, help="New bytes per prompt.")
+@click.option("--batch-size", type=click.IntRange(min=2), default=8, help="Prompts in the batch.")
+@click.option("--repeat", type=click.IntRange(min=1), default=2, help="Best of N runs.")
+@click.option("--device", default="auto", help=_DEVICE_HELP)
+@json_option()
 def bench_generate_cmd(
     checkpoint: str, prompt: str, max_bytes: int, batch_size: int, repeat: int, device: str, as_json: bool
 ) -> None:
-    """Generation speed with and without KV caches, and batched vs one prompt at a time, as ratios."""
+    """Generation speed with and without KV caches, and batched vs one prompt at a time, as ratios.
+
+    \b
+    Example:
+      hbpe bench generate --checkpoint runs/demo/train --max-bytes 100 --repeat 1
+    """
     from hbpe.training.bench import bench_generate
     from hbpe.training.devices import resolve_device
 
+    check_local_paths("--checkpoint", checkpoint)
     r = bench_generate(
         checkpoint, prompt, max_bytes=max_bytes, batch_size=batch_size, repeat=repeat, device=resolve_device(device)
     )

@@ -40,10 +40,12 @@ def run_demo(
     train_batches: int = 300,
     pipeline_args: Sequence[str] = (),
     on_step: Callable[[str], None] = lambda line: None,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Every stage on the bundled sample; returns the artifacts' paths and each stage's result.
 
-    `pipeline_args` go to both Beam conversions (default: DirectRunner on all local cores).
+    `pipeline_args` go to both Beam conversions (default: DirectRunner on all local cores);
+    `progress`: the conversions' progress bars on stderr.
     """
     from hbpe.pipeline.beam.convert import run_convert
     from hbpe.pipeline.shards.reader import ShardDir
@@ -78,7 +80,7 @@ def run_demo(
             seq_len=seq_len,
             shard_bytes=1 << 20,
         )
-        m = run_convert(cfg, list(pipeline_args), overwrite=True)
+        m = run_convert(cfg, list(pipeline_args), overwrite=True, progress=progress)
         problems = verify(ShardDir(cfg.output))
         c = m["counts"]
         on_step(

@@ -15,7 +15,7 @@ fi
 # the output for the workers; a gs:// tokenizer must first be copied locally.
 local_tok=$(mktemp -d)
 gsutil -m cp -r "$tokenizer/*" "$local_tok/"
-hbpe convert --tokenizer "$local_tok" --input "$input" --output "$output" --seq-len 1024 \
+hbpe convert --tokenizer "$local_tok" --input "$input" --out "$output" --seq-len 1024 \
   --runner=DataflowRunner --project="$project" --region="$region" \
   --temp_location="${output%/}-tmp" --job_name="hbpe-convert-$(date +%Y%m%d-%H%M%S)" \
   --machine_type=n2-standard-8 --max_num_workers=64 --autoscaling_algorithm=THROUGHPUT_BASED \

@@ -5,7 +5,7 @@
 # one the installed apache-beam supports (see `FlinkRunnerOptions`).
 set -euo pipefail
 master=$1 tokenizer=$2 input=$3 output=$4 image=$5
-hbpe convert --tokenizer "$tokenizer" --input "$input" --output "$output" --seq-len 1024 \
+hbpe convert --tokenizer "$tokenizer" --input "$input" --out "$output" --seq-len 1024 \
   --runner=FlinkRunner --flink_master="$master" --flink_version=1.18 \
   --environment_type=DOCKER --environment_config="$image" \
   --parallelism=64 --s3_region_name="${AWS_REGION:-us-east-1}"

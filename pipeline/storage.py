@@ -1,11 +1,13 @@
-"""Read local paths and object-store URIs alike, without Beam.
+"""Read and write local paths and object-store URIs alike, without Beam.
 
-The tokenizer, the shard reader and the trainer read a few small files (tokenizer.json,
-the rank file, manifest.json, index.json, COMPLETED) that may live in a bucket. Local
-paths use the standard library; URIs (s3://, gs://, oci://, azure://, hf://, ...) go through
-mosaicml-streaming's downloaders, the object-store client training already depends on,
-imported only when a URI is read (importing streaming costs seconds: it imports torch).
-Beam's filesystems stay in `hbpe.pipeline.beam.fs`, the only code that runs inside Beam.
+The tokenizer, the shard reader, the shard tools and the trainer read a few files
+(tokenizer.json, the rank file, manifest.json, index.json, COMPLETED, shards) that may live in a
+bucket. Local paths use the standard library; URIs (s3://, gs://, oci://, azure://, hf://, ...)
+go through mosaicml-streaming's downloaders and uploaders, the object-store clients training
+already depends on, imported only when a URI is used (importing streaming costs seconds: it
+imports torch). Beam's filesystems stay in `hbpe.pipeline.beam.fs`, the only code that runs
+inside Beam. Every remote call has a deadline (`HBPE_STORAGE_TIMEOUT`, 60 s by default): the
+stores' clients retry an unreachable endpoint for minutes.
 """
 
 from __future__ import annotations
@@ -13,17 +15,54 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from hbpe.schemas.errors import ArtifactError
 
-DEFAULT_TIMEOUT = 60.0  # seconds for one file: metadata files are small, so a slow one is a stuck one
+TIMEOUT_ENV = "HBPE_STORAGE_TIMEOUT"
+DEFAULT_TIMEOUT = 60.0  # seconds for one small file or call: a slower one is a stuck one
+
+
+def default_timeout() -> float:
+    """Seconds one remote call may take before it is a stuck one: $HBPE_STORAGE_TIMEOUT, else 60."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_TIMEOUT
+    except ValueError:
+        raise ArtifactError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds; set it to e.g. 60") from None
+    if value <= 0:
+        raise ArtifactError(f"{TIMEOUT_ENV}={raw!r} must be > 0 seconds; set it to e.g. 60")
+    return value
+
 
 # what the object stores' clients raise for an object that is not there (botocore puts the code in
 # `response`; google-cloud-storage raises NotFound; azure ResourceNotFoundError; huggingface_hub
 # EntryNotFoundError); anything else (no credentials, no network, 403) is an error, not "missing"
 _MISSING_CODES = {"404", "NoSuchKey", "NotFound"}
 _MISSING_TYPES = {"FileNotFoundError", "NotFound", "NoSuchKey", "ResourceNotFoundError", "EntryNotFoundError"}
+
+# what each store's clients read from the environment, for the messages of a failed remote call
+_STORE_ENV = {
+    "s3": "S3_ENDPOINT_URL or --s3_endpoint_url, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE",
+    "gs": "GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_CLOUD_PROJECT, and STORAGE_EMULATOR_HOST for an emulator",
+}
+
+
+def scheme(uri: str | os.PathLike) -> str:
+    """s3://bucket/a -> "s3" ("" for a local path)."""
+    return str(uri).split("://", 1)[0].lower() if is_remote(uri) else ""
+
+
+def store_vars(uri: str | os.PathLike) -> str:
+    """The settings a store's clients read, e.g. for s3:// S3_ENDPOINT_URL and the AWS_* credentials."""
+    return _STORE_ENV.get(scheme(uri), "the credentials its client reads")
+
+
+def store_hint(uri: str | os.PathLike) -> str:
+    """What to check when a store cannot be used, naming the variables its clients read."""
+    return f"check the URI, that its bucket exists, the network, and the store's endpoint and credentials ({store_vars(uri)})"
 
 
 def is_remote(path: str | os.PathLike) -> bool:
@@ -37,7 +76,7 @@ def join(base: str | os.PathLike, name: str) -> str:
     return f"{base.rstrip('/')}/{name}" if is_remote(base) else os.path.join(base, name)
 
 
-def read_if_exists(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT) -> bytes | None:
+def read_if_exists(path: str | os.PathLike, *, timeout: float | None = None) -> bytes | None:
     """The bytes of a local file or remote object, None when it does not exist.
 
     Raises:
@@ -56,7 +95,7 @@ def read_if_exists(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT)
         return Path(local).read_bytes()
 
 
-def read_bytes(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT) -> bytes:
+def read_bytes(path: str | os.PathLike, *, timeout: float | None = None) -> bytes:
     """The bytes of a local file or remote object; ArtifactError naming it when it is missing or unreadable."""
     data = read_if_exists(path, timeout=timeout)
     if data is None:
@@ -65,7 +104,7 @@ def read_bytes(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT) -> 
 
 
 def localize_dir(
-    path: str | os.PathLike, names: list[str], *, into: str | None = None, timeout: float = DEFAULT_TIMEOUT
+    path: str | os.PathLike, names: list[str], *, into: str | None = None, timeout: float | None = None
 ) -> str:
     """A local directory holding the files `names` of directory `path` (`path` itself when local).
 
@@ -81,41 +120,194 @@ def localize_dir(
     return local
 
 
-def _download(uri: str, local: str, timeout: float) -> bool:
+def _download(uri: str, local: str, timeout: float | None) -> bool:
     """Download `uri` to `local` within `timeout` seconds; False when the object does not exist."""
-    result: dict[str, BaseException | None] = {"error": None}
+    timeout = default_timeout() if timeout is None else timeout
 
-    def run() -> None:
+    def fetch() -> bool:
+        from streaming.base.storage.download import CloudDownloader
+
         try:
-            from streaming.base.storage.download import CloudDownloader
-
             CloudDownloader.direct_download(uri, local, timeout)  # read timeout of the store's client
-        except BaseException as e:  # handed to the caller's thread
-            result["error"] = e
-
-    # a thread with a deadline: streaming's timeout bounds each read, not the connection retries
-    # (an unroutable endpoint would otherwise hang for minutes); a daemon thread cannot keep the
-    # process alive after the error is raised
-    worker = threading.Thread(target=run, name=f"hbpe-download {uri}", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise ArtifactError(
-            f"cannot read {uri}: no answer within {timeout:g} s; check the network and the store's endpoint "
-            "(e.g. S3_ENDPOINT_URL), then retry"
-        )
-    e = result["error"]
-    if e is None:
+        except Exception as e:
+            if is_missing(e):
+                return False
+            raise
         return True
-    if _is_missing(e):
-        return False
-    raise ArtifactError(
-        f"cannot read {uri} ({type(e).__name__}: {e}); check the URI, the credentials for its store "
-        "(e.g. AWS_* or S3_ENDPOINT_URL for s3://, GOOGLE_APPLICATION_CREDENTIALS for gs://) and the network"
-    ) from e
+
+    return with_deadline(fetch, f"cannot read {uri}", timeout, uri=uri)
 
 
-def _is_missing(e: BaseException) -> bool:
+def is_missing(e: BaseException) -> bool:
+    """Whether a store's client error means "no such object" (or bucket), not "cannot tell"."""
     response = getattr(e, "response", None)  # a dict for botocore; other clients put other things there
     code = str(response.get("Error", {}).get("Code")) if isinstance(response, dict) else None
     return code in _MISSING_CODES or any(t.__name__ in _MISSING_TYPES for t in type(e).__mro__)
+
+
+def missing_bucket_message(uri: str, what: str = "") -> str:
+    """One line for a bucket that is not there: its name, and the settings that decide which store is asked."""
+    prefix = f"{what} {uri}" if what else uri
+    return (
+        f"{prefix}: bucket {split_uri(uri)[1]!r} does not exist (or is not visible with these credentials); create it "
+        f"or fix the URI, and check the store's endpoint and credentials ({store_vars(uri)})"
+    )
+
+
+def check_bucket(uri: str, *, timeout: float | None = None) -> None:
+    """Before a write to `uri`: its bucket exists and answers; ArtifactError naming the bucket otherwise."""
+    timeout = default_timeout() if timeout is None else timeout
+    with tempfile.TemporaryDirectory(prefix="hbpe-storage-") as tmp:
+        try:  # streaming's uploader asks for the bucket when it is made
+            with_deadline(lambda: _uploader(uri.rstrip("/"), tmp), f"cannot write to {uri}", timeout, uri=uri)
+        except ArtifactError as e:
+            if e.__cause__ is not None and is_missing(e.__cause__):
+                raise ArtifactError(missing_bucket_message(uri)) from e.__cause__
+            raise
+
+
+# ---- writing and listing: the trainer's run files, checkpoints and exports in a bucket ----
+# streaming's uploaders (the same clients as its downloaders above): `upload_file(name)` copies
+# `local/name` to `remote/name`, `list_objects()` lists the keys under `remote/`. Object stores
+# have no directories: a "directory" here is every object under the prefix `uri/`.
+
+T = TypeVar("T")
+MIN_RATE = 1 << 20  # bytes/s: a transfer slower than this (after DEFAULT_TIMEOUT) is a stuck one
+
+
+def list_dir(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT) -> list[str]:
+    """Every file under directory `path`, as sorted `/`-separated names relative to it ([] when absent).
+
+    >>> import tempfile; d = tempfile.mkdtemp(); os.makedirs(f"{d}/tokenizer"); open(f"{d}/tokenizer/a.json", "w").close()
+    >>> list_dir(d), list_dir(f"{d}/missing")
+    (['tokenizer/a.json'], [])
+    """
+    if not is_remote(path):
+        root = Path(path)
+        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    uri = str(path).rstrip("/")
+    with tempfile.TemporaryDirectory(prefix="hbpe-storage-") as tmp:
+        keys = with_deadline(lambda: _uploader(uri, tmp).list_objects() or [], f"cannot list {uri}", timeout)
+    prefix = split_uri(uri)[2]
+    prefix = f"{prefix}/" if prefix else ""
+    return sorted(k[len(prefix) :] for k in keys if k.startswith(prefix) and not k.endswith("/"))
+
+
+def write_bytes(path: str | os.PathLike, data: bytes, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """`data` as the local file or object `path`: complete or absent (temp file, rename; an upload is whole)."""
+    if not is_remote(path):
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+        return
+    parent, _, name = str(path).rpartition("/")
+    with tempfile.TemporaryDirectory(prefix="hbpe-storage-") as tmp:
+        Path(tmp, name).write_bytes(data)
+        _upload_files(tmp, parent, [name], timeout=timeout)
+
+
+def upload_dir(local: str | os.PathLike, remote: str, *, timeout: float = DEFAULT_TIMEOUT) -> list[str]:
+    """Every file under local directory `local` to the same names under URI `remote` -> the names uploaded."""
+    names = list_dir(local)
+    _upload_files(str(local), remote.rstrip("/"), names, timeout=timeout)
+    return names
+
+
+def download_dir(remote: str, local: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT) -> list[str]:
+    """Every object under URI `remote` to the same names under `local` -> the names downloaded.
+
+    A large object gets more time than `timeout`: its size is not known before the download,
+    so the deadline is the larger of `timeout` and 10 minutes for anything but small files.
+    """
+    names = list_dir(remote, timeout=timeout)
+    for name in names:
+        _download(join(remote, name), os.path.join(str(local), *name.split("/")), max(timeout, 600.0))
+    return names
+
+
+def split_uri(uri: str) -> tuple[str, str, str]:
+    """A URI's (scheme, bucket, object name or prefix inside the bucket).
+
+    >>> split_uri("s3://bucket/runs/a/"), split_uri("gs://bucket")
+    (('s3', 'bucket', 'runs/a'), ('gs', 'bucket', ''))
+    """
+    scheme, _, rest = uri.partition("://")
+    bucket, _, key = rest.partition("/")
+    return scheme, bucket, key.strip("/")
+
+
+def _uploader(remote: str, local: str) -> Any:
+    """streaming's uploader between directory `local` and URI `remote`; it keeps the local files."""
+    import logging
+
+    from streaming.base.storage.upload import CloudUploader
+
+    # exist_ok: `local` holds the files to upload, which streaming would otherwise refuse (and warn about)
+    quiet = logging.getLogger("streaming.base.storage.upload")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        return CloudUploader.get(out=(local, remote), keep_local=True, exist_ok=True)
+    finally:
+        quiet.setLevel(level)
+
+
+def _upload_files(local: str, remote: str, names: list[str], *, timeout: float) -> None:
+    if not names:
+        return
+    uploader = with_deadline(lambda: _uploader(remote, local), f"cannot write to {remote}", timeout)
+    for name in names:
+        deadline = timeout + os.path.getsize(os.path.join(local, name)) / MIN_RATE
+        with_deadline(lambda n=name: uploader.upload_file(n), f"cannot write {join(remote, name)}", deadline)
+
+
+def with_deadline(work: Callable[[], T], what: str, timeout: float, *, uri: str | None = None) -> T:
+    """`work()` in a daemon thread, waited for `timeout` s; its failure (or the wait) as one ArtifactError naming `what`.
+
+    The stores' clients retry an unreachable endpoint for minutes and their timeouts bound
+    one read, not the retries: the deadline does; a daemon thread cannot keep the process
+    alive after the error is raised. `uri` picks the store whose variables the message names.
+    """
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = work()
+        except BaseException as e:  # handed to the caller's thread
+            result["error"] = e
+
+    worker = threading.Thread(target=run, name=f"hbpe-storage {what}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    where = uri or what.rpartition(" ")[2]  # "cannot list s3://b/x" -> s3://b/x
+    if worker.is_alive():
+        raise ArtifactError(
+            f"{what}: no answer within {timeout:g} s; check the network and the store's endpoint and credentials "
+            f"({store_vars(where)}), then retry (${TIMEOUT_ENV} sets the deadline)"
+        )
+    e = result.get("error")
+    if e is not None:
+        raise ArtifactError(
+            f"{what} ({type(e).__name__}: {' '.join(str(e).split())[:300]}); {store_hint(where)}"
+        ) from e
+    return result["value"]
+
+
+_with_deadline = with_deadline  # the name the writers above were first written with
+
+
+def upload_file(local: str | os.PathLike, uri: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """Local file `local` as object `uri` (any name: the file is linked or copied beside it under that name)."""
+    parent, _, name = uri.rpartition("/")
+    with tempfile.TemporaryDirectory(prefix="hbpe-storage-") as tmp:
+        staged = os.path.join(tmp, name)
+        try:
+            os.link(local, staged)  # no copy of a large file where the filesystem allows it
+        except OSError:
+            import shutil
+
+            shutil.copyfile(local, staged)
+        _upload_files(tmp, parent, [name], timeout=timeout)

@@ -38,6 +38,9 @@ DEVICES = ("auto", "cpu", "gpu", "mps")
 # URI schemes mosaicml-streaming can read shards from (streaming.base.storage.download.DOWNLOADER_MAPPINGS);
 # `file://` is a local path and is read as one
 URI_SCHEMES = ("s3", "gs", "oci", "azure", "azure-dl", "hf", "dbfs", "sftp", "alipan")
+# URI schemes a save_folder may be in: Composer uploads the checkpoints there (its RemoteUploader's
+# backends: s3, gs, oci, sftp, libcloud, dbfs) and hbpe the run files (streaming's uploaders, as above)
+SAVE_FOLDER_SCHEMES = ("s3", "gs", "oci")
 # streaming 0.13's shuffle algorithms (streaming.base.shuffle.algos); py1e is its default
 SHUFFLE_ALGOS = ("py1e", "py1br", "py1s", "py2s", "naive")
 # Composer's experiment trackers a `loggers:` block can name (composer.loggers); training/loggers.py builds them
@@ -248,17 +251,20 @@ def _check_time(key: str, value: Any, example: str, *, zero_ok: bool = False, fr
         raise ConfigError(f"{key}={value}: must be more than 0; e.g. {example}")
 
 
-def _local_or_uri(key: str, value: str | None) -> str | None:
-    """A shard/tokenizer location: `file:///x` -> `/x`; a URI of a scheme streaming cannot read is refused."""
+def _local_or_uri(key: str, value: str | None, schemes: tuple[str, ...] = URI_SCHEMES) -> str | None:
+    """A shard/tokenizer location: `file:///x` -> `/x`; a URI of a scheme streaming cannot read is refused.
+
+    (`"://" in value` is hbpe.pipeline.storage.is_remote's test; schemas import no pipeline code.)
+    """
     if not value or "://" not in value:
         return value
     scheme = value.split("://", 1)[0].lower()
     if scheme == "file":
         return value[len("file://") :] or "/"
-    if scheme not in URI_SCHEMES:
+    if scheme not in schemes:
         raise ConfigError(
             f"{key}={value}: unsupported URI scheme {scheme}://; use a local path or one of "
-            f"{', '.join(s + '://' for s in URI_SCHEMES)}"
+            f"{', '.join(s + '://' for s in schemes)}"
         )
     return value
 
@@ -466,7 +472,7 @@ class StreamConfig(_Section):
                 f"data.streams.remote is empty: every stream needs its shards; e.g. {self._example_of('remote')}"
             )
         object.__setattr__(self, "remote", _local_or_uri("data.streams.remote", self.remote))
-        if self.local is not None and "://" in self.local:
+        if self.local is not None and "://" in self.local:  # storage.is_remote's test (schemas import no pipeline)
             raise ConfigError(
                 f"data.streams.local={self.local}: a stream's cache is a local directory, not a URI; "
                 f"e.g. {self._example_of('local')}"
@@ -646,6 +652,8 @@ class TrainConfig(_Section):
     eval_subset_num_batches: int = -1
     precision: str = "auto"  # "auto": amp_bf16 on GPU, fp32 on CPU
     device: str = "auto"
+    # a folder, or a bucket prefix (SAVE_FOLDER_SCHEMES) for the checkpoints and run files; caches and logs then
+    # stay local, under runs/<run_name>
     save_folder: str = "runs/train"
     save_interval: str = "50ba"
     save_num_checkpoints_to_keep: int = 3
@@ -691,6 +699,7 @@ class TrainConfig(_Section):
         _check_range("save_num_checkpoints_to_keep", k >= -1, k, "-1 (all) or >= 0", "save_num_checkpoints_to_keep=3")
         for name in ("run_name", "save_folder"):
             _check_range(name, bool(getattr(self, name)), "''", "must not be empty", self._example_of(name))
+        object.__setattr__(self, "save_folder", _local_or_uri("save_folder", self.save_folder, SAVE_FOLDER_SCHEMES))
         if not self.data.train_sources:
             raise ConfigError(
                 "data.train is empty: set it to a shard directory from `hbpe convert` (or mix several with data.streams)"

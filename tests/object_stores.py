@@ -87,6 +87,44 @@ class ObjectStoreServer:
                 names = [b.name for b in self._gcs_client().list_blobs(bucket, prefix=prefix)]
         return sorted(n[len(prefix) :] for n in names)
 
+    def put(self, uri: str, data: bytes) -> None:
+        """Write one object (a test's direct write, e.g. to corrupt a shard behind hbpe's back)."""
+        bucket, _, key = uri.split("://", 1)[1].partition("/")
+        if self.scheme == "s3":
+            import boto3
+
+            boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1").put_object(
+                Bucket=bucket, Key=key, Body=data
+            )
+        else:
+            with self.environment():
+                self._gcs_client().bucket(bucket).blob(key).upload_from_string(data)
+
+    def get(self, uri: str) -> bytes:
+        """One object's bytes."""
+        bucket, _, key = uri.split("://", 1)[1].partition("/")
+        if self.scheme == "s3":
+            import boto3
+
+            client = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
+            return client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        with self.environment():
+            return self._gcs_client().bucket(bucket).blob(key).download_as_bytes()
+
+    def upload_dir(self, local: Path, uri: str) -> None:
+        """Every file under `local` to the same relative names under `uri` (symlinks followed)."""
+        for path in sorted(Path(local).rglob("*")):
+            if path.is_file():
+                self.put(f"{uri.rstrip('/')}/{path.relative_to(local).as_posix()}", path.read_bytes())
+
+    def download_dir(self, uri: str, local: Path) -> Path:
+        """Every object under `uri` to the same relative names under `local`."""
+        for name in self.list(uri):
+            dest = Path(local, name)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(self.get(f"{uri.rstrip('/')}/{name}"))
+        return Path(local)
+
 
 def _free_port() -> int:
     with socket.socket() as s:

@@ -16,7 +16,7 @@ def test_convert_and_shard_commands(tmp_path, gpt2_tokenizer_dir):
         str(gpt2_tokenizer_dir),
         "--input",
         str(SAMPLE_ZH),
-        "--output",
+        "--out",
         str(out),
         "--seq-len",
         "256",
@@ -29,16 +29,16 @@ def test_convert_and_shard_commands(tmp_path, gpt2_tokenizer_dir):
     assert "read = written + rejected: OK" in r.output and "documents read" in r.output
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 2 and "pass --overwrite" in r.output and "Traceback" not in r.output
-    r = CliRunner().invoke(main, ["shards", "verify", str(out)])
+    r = CliRunner().invoke(main, ["shards", "verify", "--data", str(out)])
     assert r.exit_code == 0 and r.output.startswith("OK")
-    r = CliRunner().invoke(main, ["shards", "inspect", str(out), "--json"])
+    r = CliRunner().invoke(main, ["shards", "inspect", "--data", str(out), "--json"])
     info = json.loads(r.output)
     assert info["columns"] == {"num_bytes": "int64", "patches": "ndarray:uint16:256,10", "tokens": "ndarray:int32:256"}
     assert info["samples_preview"][0]["text"]
-    r = CliRunner().invoke(main, ["shards", "stats", str(out), "--json"])
+    r = CliRunner().invoke(main, ["shards", "stats", "--data", str(out), "--json"])
     assert json.loads(r.output)["counts"]["documents_written"] == 40
-    r = CliRunner().invoke(main, ["shards", "export-text", str(out), "--output", str(tmp_path / "x.jsonl")])
+    r = CliRunner().invoke(main, ["shards", "export-text", "--data", str(out), "--out", str(tmp_path / "x.jsonl")])
     assert r.exit_code == 0 and "wrote 40 documents" in r.output
     (out / "COMPLETED").unlink()
-    r = CliRunner().invoke(main, ["shards", "verify", str(out)])
+    r = CliRunner().invoke(main, ["shards", "verify", "--data", str(out)])
     assert r.exit_code == 2 and "no COMPLETED marker" in r.output

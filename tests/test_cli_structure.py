@@ -5,10 +5,12 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -155,7 +157,7 @@ def test_encode_and_stats_print_what_the_library_returns(gpt2_tokenizer_dir):
     assert json_io.decode_from_dict(tok, obj) == text
     assert json_io.decode_from_dict(tok, {"tokens": obj["tokens"]}) == text
 
-    args = ["tokenizer", "stats", "--tokenizer", str(gpt2_tokenizer_dir), "--corpus", str(SAMPLE_EN), "--json"]
+    args = ["tokenizer", "stats", "--tokenizer", str(gpt2_tokenizer_dir), "--input", str(SAMPLE_EN), "--json"]
     r = CliRunner().invoke(main, args)
     assert json.loads(r.output) == json.loads(json.dumps(file_stats(tok, [str(SAMPLE_EN)]).to_dict()))
 
@@ -258,3 +260,179 @@ def test_run_demo_reports_steps_and_returns_the_summary(tmp_path):
         f"  artifacts           {tmp_path / 'demo' / 'tokenizer'}, {tmp_path / 'demo' / 'shards-train'}, "
         f"{tmp_path / 'demo' / 'shards-eval'}, {tmp_path / 'demo' / 'train'}"
     )
+
+
+# --------------------------------------------------------------------------- one interface across commands
+
+# every command that reports something takes --json; encode writes JSON always and decode writes the text itself
+REPORTING = {
+    ("demo",), ("tokenizer", "train"), ("tokenizer", "train-bpe"), ("tokenizer", "info"), ("tokenizer", "stats"),
+    ("convert",), ("shards", "inspect"), ("shards", "verify"), ("shards", "export-text"), ("shards", "stats"),
+    ("train",), ("eval",), ("generate",), ("export",), ("checkpoint", "consolidate"), ("eval-tasks",), ("flops",),
+    ("experiment",), ("bench", "tokenizer"), ("bench", "sweep"), ("bench", "first-stage"), ("bench", "convert"),
+    ("bench", "train"), ("bench", "generate"),
+}  # fmt: skip
+NOT_REPORTING = {("tokenizer", "encode"), ("tokenizer", "decode")}
+# the one name of each concept; the old names are gone (click's "Did you mean" is the migration message)
+RETIRED = {"--output", "--corpus", "--config", "--train-corpus", "--eval-corpus"}
+PATH_OPTIONS = {"--tokenizer", "--data", "--checkpoint", "--input", "--out", "--train-input", "--eval-input"}
+ARGUMENTS = {"config", "overrides", "preset"}  # the only positionals: CONFIG [OVERRIDES], PRESET [OVERRIDES]
+
+
+def _everything():
+    """(path, command) of the top-level group, every group and every command."""
+    return [((), main), *_registered(main)]
+
+
+def _leaves():
+    return [(path, cmd) for path, cmd in _registered(main) if not hasattr(cmd, "commands")]
+
+
+def _options(cmd):
+    return [p for p in cmd.params if isinstance(p, click.Option) and p.name != "help"]
+
+
+def test_the_reporting_list_covers_every_command():
+    from hbpe.cli_common import _Command
+
+    assert {path for path, _ in _leaves()} == REPORTING | NOT_REPORTING
+    # every command logs its parameters with -v and names a renamed option's new name
+    assert [path for path, cmd in _leaves() if not isinstance(cmd, _Command)] == []
+
+
+@pytest.mark.parametrize("path", sorted(REPORTING | NOT_REPORTING), ids=" ".join)
+def test_json_on_every_reporting_command(path):
+    cmd = dict(_leaves())[path]
+    has_json = any("--json" in p.opts for p in _options(cmd))
+    assert has_json == (path in REPORTING), path
+
+
+def test_every_option_has_help_and_shows_its_default():
+    assert main.context_settings["show_default"] is True  # inherited by every command's context
+    for path, cmd in _everything():
+        ctx = click.Context(cmd, info_name=" ".join(("hbpe", *path)), show_default=True)
+        for p in _options(cmd):
+            assert p.help, f"hbpe {' '.join(path)} {p.opts[0]} has no help"
+            if not (p.required or p.is_flag):
+                _, text = p.get_help_record(ctx)
+                assert "default:" in text, f"hbpe {' '.join(path)} {p.opts[0]} shows no default: {text!r}"
+
+
+def test_one_name_per_concept():
+    for path, cmd in _everything():
+        for p in cmd.params:
+            where = f"hbpe {' '.join(path)} {p.opts[0]}"
+            assert not RETIRED & set(p.opts), where
+            if isinstance(p, click.Argument):
+                assert p.name in ARGUMENTS, f"{where}: a path is an option (--tokenizer, --data, ...), not positional"
+            elif PATH_OPTIONS & set(p.opts) and path not in NOT_REPORTING:  # encode/decode: --input is a file or stdin
+                # a gs:// or s3:// URI must reach the library; click.Path would check it as a local path
+                assert isinstance(p.type, click.types.StringParamType), f"{where}: {p.type!r} is not a plain string"
+
+
+def _examples(text: str) -> list[str]:
+    """The `hbpe ...` command lines of a help text's Example block (each part of a pipe that runs hbpe)."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("hbpe ") or line.startswith("echo "):
+            out += [part.split(" > ")[0] for part in line.split(" | ") if part.startswith("hbpe ")]
+    return out
+
+
+@pytest.mark.parametrize("path", sorted(path for path, _ in _everything()), ids=lambda p: " ".join(p) or "hbpe")
+def test_every_help_has_an_example_that_parses(path):
+    """The example's options exist, take the values given, and nothing required is missing."""
+    import shlex
+
+    r = CliRunner().invoke(main, [*path, "--help"])
+    assert r.exit_code == 0, r.output
+    assert "Example" in r.output, r.output
+    examples = _examples(r.output)
+    assert examples, r.output
+    for line in examples:
+        args = shlex.split(line)[1:]
+        args = [a for a in args if a not in ("-q", "-v", "--quiet", "--verbose")]
+        cmd, name = main, "hbpe"
+        while hasattr(cmd, "commands") and args:
+            name, cmd, args = args[0], cmd.commands[args[0]], args[1:]
+        cmd.make_context(name, args)  # raises click's usage error on a wrong example
+
+
+def test_global_verbose_and_quiet():
+    opts = {o for p in main.params for o in p.opts}
+    assert {"--verbose", "-v", "--quiet", "-q"} <= opts
+    r = CliRunner().invoke(main, ["-v", "-q", "tokenizer", "info", "--tokenizer", "x"])
+    assert r.exit_code == 2 and "--verbose and --quiet exclude each other" in r.output
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["shards", "export-text", "--data", "d", "--output", "x"], "No such option '--output'. Did you mean '--out'?"),
+        (
+            ["tokenizer", "stats", "--tokenizer", "t", "--corpus", "c"],
+            "No such option '--corpus'. Did you mean '--input'?",
+        ),
+        (["experiment", "table1-mini", "--train-corpus", "c"], "Did you mean '--train-input'?"),
+        (["bench", "train", "--config", "tiny"], "No such option '--config': CONFIG is the first argument"),
+    ],
+)
+def test_a_retired_option_names_its_new_name(args, message):
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and message in r.output, r.output
+
+
+@pytest.fixture
+def hbpe_logging_restored():
+    """-v attaches a handler to the `hbpe` logger for the rest of the process: take it off after the test."""
+    from hbpe import cli_common
+
+    yield
+    root = logging.getLogger("hbpe")
+    root.removeHandler(cli_common._HANDLER)
+    root.setLevel(logging.NOTSET)
+
+
+def test_quiet_hides_progress_and_verbose_shows_debug(tmp_path, gpt2_tokenizer_dir, hbpe_logging_restored):
+    """A real in-process conversion of a tiny corpus, plain, with -q and with -v."""
+    corpus = tmp_path / "tiny.jsonl"
+    corpus.write_text('{"text": "Fellow-Citizens of the Senate"}\n{"text": "and of the House"}\n')
+    args = ["convert", "--tokenizer", str(gpt2_tokenizer_dir), "--input", str(corpus), "--seq-len", "8"]
+    args += ["--runner", "inprocess", "--workers", "1"]
+
+    plain = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "a")])
+    assert plain.exit_code == 0, plain.output
+    assert "[convert]: 100%" in plain.stderr and "runner: inprocess" in plain.stderr  # the bar's last line (no tty)
+    assert "DEBUG" not in plain.stderr
+
+    quiet = CliRunner().invoke(main, ["-q", *args, "--out", str(tmp_path / "b")])
+    assert quiet.exit_code == 0, quiet.output
+    assert quiet.stderr == ""  # no bar, no progress lines
+    assert "read = written + rejected: OK" in quiet.stdout  # the result is still printed
+
+    verbose = CliRunner().invoke(main, ["--verbose", *args, "--out", str(tmp_path / "c")])
+    assert verbose.exit_code == 0, verbose.output
+    assert re.search(r"^DEBUG hbpe\.cli: \S+ convert tokenizer_dir=", verbose.stderr, re.M), verbose.stderr
+    assert verbose.stderr.count("runner: inprocess") == 1  # the library's INFO line, not also its echo
+    assert "INFO hbpe.convert: runner: inprocess" in verbose.stderr
+
+
+def test_new_json_reports(tmp_path, sample_shards):
+    r = CliRunner().invoke(main, ["tokenizer", "train", "--encoding", "gpt2", "-S", "10", "--out", str(tmp_path / "t")])
+    human = r.output
+    r = CliRunner().invoke(
+        main,
+        ["tokenizer", "train", "--encoding", "gpt2", "-S", "10", "--out", str(tmp_path / "t"), "--overwrite", "--json"],
+    )
+    t = json.loads(r.output)
+    assert (t["merges"], t["vocab_size"], t["out"]) == (211, 470, str(tmp_path / "t"))
+    assert human.startswith("trained gpt2 S=10 mode=full: 211 merges, V'=470 in ")
+
+    train_dir, _ = sample_shards
+    r = CliRunner().invoke(main, ["shards", "verify", "--data", str(train_dir), "--json"])
+    assert r.exit_code == 0 and json.loads(r.output) == {"data": str(train_dir), "ok": True, "problems": []}
+    out = tmp_path / "docs.jsonl"
+    r = CliRunner().invoke(main, ["shards", "export-text", "--data", str(train_dir), "--out", str(out), "--json"])
+    e = json.loads(r.output)
+    assert e["out"] == str(out) and e["documents"] == len(out.read_text().splitlines()) > 0

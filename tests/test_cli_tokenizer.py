@@ -16,7 +16,7 @@ def test_train_info_encode_decode(tmp_path):
     r = run("tokenizer", "train", "--encoding", "gpt2", "--max-patch-size", 10, "--out", out)
     assert r.exit_code == 0, r.output
     assert "211 merges, V'=470" in r.output
-    r = run("tokenizer", "info", out, "--json", "--plot", tmp_path / "h.png")
+    r = run("tokenizer", "info", "--tokenizer", out, "--json", "--plot", tmp_path / "h.png")
     info = json.loads(r.output)
     assert info["vocab_size"] == 470 and info["max_patch_size"] == 10
     assert sum(info["histogram_before"]) == sum(info["histogram_after"]) == 50256
@@ -31,7 +31,7 @@ def test_train_info_encode_decode(tmp_path):
 
 
 def test_errors_are_one_line(tmp_path):
-    r = CliRunner().invoke(main, ["tokenizer", "info", str(tmp_path)])
+    r = CliRunner().invoke(main, ["tokenizer", "info", "--tokenizer", str(tmp_path)])
     assert r.exit_code == 2
     assert "error:" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(main, ["tokenizer", "train", "--encoding", "nope", "-S", "8", "--out", str(tmp_path / "x")])
@@ -39,12 +39,12 @@ def test_errors_are_one_line(tmp_path):
 
 
 def test_stats_and_bench(gpt2_tokenizer_dir):
-    r = run("tokenizer", "stats", "--tokenizer", gpt2_tokenizer_dir, "--corpus", SAMPLE_EN, "--json")
+    r = run("tokenizer", "stats", "--tokenizer", gpt2_tokenizer_dir, "--input", SAMPLE_EN, "--json")
     st = json.loads(r.output)
     assert st["documents"] == 24 and st["rejected"] == 0
     assert 4.0 < st["bytes_per_token"] < 5.5
     assert 1.0 < st["fertility"] < 1.6
     assert 2.0 < st["symbols_per_patch"] < st["bytes_per_token"] + 1
-    r = run("bench", "tokenizer", "--tokenizer", gpt2_tokenizer_dir, "--corpus", SAMPLE_EN, "--repeat", 1, "--json")
+    r = run("bench", "tokenizer", "--tokenizer", gpt2_tokenizer_dir, "--input", SAMPLE_EN, "--repeat", 1, "--json")
     b = json.loads(r.output)
     assert b["merges"] == 211 and b["mb_per_s"]["hbpe_encode"] > 0 and b["ratio_batch"] > 0

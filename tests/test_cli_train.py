@@ -49,7 +49,7 @@ def test_train_bpe_command(tmp_path):
 
     out = tmp_path / "zh.tiktoken"
     r = CliRunner().invoke(
-        main, ["tokenizer", "train-bpe", "--corpus", str(SAMPLE_ZH), "--vocab-size", "600", "--out", str(out)]
+        main, ["tokenizer", "train-bpe", "--input", str(SAMPLE_ZH), "--vocab-size", "600", "--out", str(out)]
     )
     assert r.exit_code == 0, r.output
     assert "trained a 600-token first stage" in r.output and (tmp_path / "zh.json").exists()
@@ -107,7 +107,7 @@ def test_train_tiny_outside_the_repo_names_the_missing_path(tmp_path, monkeypatc
         f"data.train path runs/demo/shards-train does not exist (relative to the current directory {tmp_path}); "
         "set data.train=DIR to a shard directory from `hbpe convert`",
     )
-    r = CliRunner().invoke(main, ["bench", "train", "--config", "tiny", "--batches", "2"])
+    r = CliRunner().invoke(main, ["bench", "train", "tiny", "--batches", "2"])
     _fails(r, 2, "data.train path runs/demo/shards-train does not exist")
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from hbpe.pipeline import storage
 from hbpe.schemas.errors import ArtifactError
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.model import PatchLM, VocabSpec, build_model
@@ -211,7 +212,7 @@ def ensure_safe_checkpoint(path: str | os.PathLike) -> None:
     (storages memory-mapped, so the weights are not read twice); a sharded folder has its
     `.metadata` and every non-tensor item checked.
     """
-    if "://" in str(path):
+    if storage.is_remote(path):
         raise ArtifactError(
             f"{path}: remote checkpoints are not verified before loading; copy it to a local path first, or set "
             "CHECKPOINT_VALIDATION_FUNCTION=training.checkpoint.composer_checkpoint_validator so Composer checks "
@@ -291,12 +292,18 @@ def load_model(path: str, *, device: str | torch.device = "cpu") -> tuple[PatchL
     """-> (model in eval mode on `device`, tokenizer, run metadata), from anything hbpe writes.
 
     `path`: a monolithic `.pt`, a sharded (FSDP2, torch.distributed.checkpoint) checkpoint
-    folder, a save folder (its latest checkpoint, either kind), or a `hbpe export` directory.
+    folder, a save folder (its latest checkpoint, either kind), or a `hbpe export` directory;
+    local, or in a bucket (copied into a temporary folder first: remote_checkpoint.py).
     Checkpoints build the model from `hbpe_run.json` beside them; an export from its own
     `hbpe_model.json`. The model is whatever `build_model` builds from that config.
     """
     from hbpe.training.export import MODEL_FILE, load_exported
 
+    if storage.is_remote(path):
+        from hbpe.training.remote_checkpoint import localized
+
+        with localized(path) as (local, _, _):
+            return load_model(local, device=device)
     p = Path(path)
     if p.is_dir() and (p / MODEL_FILE).is_file():
         return load_exported(p, device=device)

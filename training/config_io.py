@@ -20,6 +20,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import GrammarParseError, MissingMandatoryValue, OmegaConfBaseException
 
+from hbpe.pipeline import storage
 from hbpe.schemas.errors import ConfigError, one_line
 from hbpe.schemas.train_config import TrainConfig
 
@@ -116,7 +117,7 @@ def check_local(cfg: TrainConfig) -> None:
     for i, stream in enumerate(cfg.data.streams or ()):
         values[f"data.streams[{i}].remote"] = stream.remote
     for key, value in values.items():
-        if not value or "://" in value:
+        if not value or storage.is_remote(value):
             continue
         kind, placeholder, fix = hints.get(key, hints["data.train"])
         p = Path(value)

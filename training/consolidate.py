@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from hbpe.pipeline import storage
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.training.checkpoint import _FIX, _dcp_metadata, resolve_checkpoint
 from hbpe.training.export import write_file_atomic
@@ -108,9 +109,12 @@ def consolidate_checkpoint(checkpoint: str, out: str | None = None, *, overwrite
 
     The output stays inside the run folder (eval and generate read `hbpe_run.json` and
     `tokenizer/` beside a checkpoint); for a self-contained copy elsewhere use `hbpe export`.
+    A checkpoint in a bucket is consolidated from a local copy, and the file uploaded beside it.
     """
     from hbpe.training.checkpoint import load_model
 
+    if storage.is_remote(checkpoint):
+        return _consolidate_remote(checkpoint, out, overwrite=overwrite)
     t0 = time.perf_counter()
     ckpt = resolve_checkpoint(checkpoint)
     if not ckpt.is_dir():
@@ -145,3 +149,29 @@ def consolidate_checkpoint(checkpoint: str, out: str | None = None, *, overwrite
         "bytes": target.stat().st_size,
         "seconds": round(time.perf_counter() - t0, 3),
     }
+
+
+def _consolidate_remote(checkpoint: str, out: str | None, *, overwrite: bool) -> dict[str, Any]:
+    """`consolidate_checkpoint` of a bucket checkpoint: on its local copy (laid out as its run folder), then the
+    file is uploaded to its place in the bucket's run folder."""
+    from hbpe.training.remote_checkpoint import localized
+
+    t0 = time.perf_counter()
+    with localized(checkpoint) as (local, tmp, run_dir):
+        target = out or storage.join(run_dir, default_output(Path(local)).relative_to(tmp).as_posix())
+        if not target.startswith(run_dir + "/"):
+            raise ConfigError(
+                f"--out {target}: a consolidated checkpoint must stay inside its run folder {run_dir} (eval reads "
+                "hbpe_run.json and tokenizer/ beside it); omit --out, or use `hbpe export` for a self-contained copy"
+            )
+        parent, _, name = target.rpartition("/")
+        listed = storage.list_dir(parent)
+        if any(n.startswith(name + "/") for n in listed):
+            raise ConfigError(f"--out {target} is a folder in the bucket; pass a file name ending in .pt")
+        if name in listed and not overwrite:
+            raise ConfigError(f"{target} exists; pass --overwrite to replace it, or choose another --out")
+        local_out = os.path.join(tmp, *target[len(run_dir) + 1 :].split("/"))
+        os.makedirs(os.path.dirname(local_out), exist_ok=True)
+        summary = consolidate_checkpoint(local, local_out, overwrite=True)
+        storage.upload_file(local_out, target)
+    return {**summary, "checkpoint": checkpoint, "out": target, "seconds": round(time.perf_counter() - t0, 3)}

@@ -178,7 +178,7 @@ class Collator:
             raise ArtifactError(
                 f"{self.where}: column `tokens` holds id {lo if lo < TOKEN_PAD else hi}, outside -2..{self.n_vocab - 1} "
                 f"(EOD -1, PAD -2, then the {self.n_vocab} ids of {self.tok.spec.first_stage.name}): the shards are "
-                f"damaged or not from this first stage; run `hbpe shards verify {self.where}` and reconvert"
+                f"damaged or not from this first stage; run `hbpe shards verify --data {self.where}` and reconvert"
             )
         stored = None
         if isinstance(self.scheme, TokenScheme) and not self.source.derive:
@@ -187,7 +187,7 @@ class Collator:
                 raise ArtifactError(
                     f"{self.where}: column `patches` holds symbol {int(stored.max())}, outside the tokenizer's "
                     f"V'={self.tok.vocab_size} symbols: the shards are damaged or were written with another second "
-                    f"stage; run `hbpe shards verify {self.where}` and reconvert"
+                    f"stage; run `hbpe shards verify --data {self.where}` and reconvert"
                 )
         return {
             k: torch.from_numpy(np.asarray(v).astype(np.int64)) for k, v in self.scheme.batch(tokens, stored).items()
@@ -352,6 +352,22 @@ def _check_cache_limit(limit: int | None, largest: int) -> None:
             f"data.cache_limit={limit} bytes is less than 4x the largest shard ({largest} bytes raw + zip), "
             f"which streaming needs to hold at once; raise it, e.g. data.cache_limit={-(-4 * largest // 2**20)}mb"
         )
+
+
+def stop_downloads(loader: torch.utils.data.DataLoader) -> None:
+    """Stop the StreamingDataset's download threads of an iteration left early, and wait for them.
+
+    Streaming copies shards into the cache from background threads that run ahead of the
+    iteration; after `break` they keep copying, so deleting the cache right away raced them
+    ("Directory not empty"). `_iterator.exit()` is how streaming itself ends an epoch's threads.
+    """
+    dataset = loader.dataset
+    iterator = getattr(dataset, "_iterator", None)
+    if iterator is not None:
+        iterator.exit()
+    executor = getattr(dataset, "_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=True)
 
 
 def build_dataloader(

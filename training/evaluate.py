@@ -10,7 +10,7 @@ import torch
 
 from hbpe.schemas.errors import ArtifactError
 from hbpe.training.checkpoint import load_model
-from hbpe.training.data import build_dataloader, check_compatible, read_manifest
+from hbpe.training.data import build_dataloader, check_compatible, read_manifest, stop_downloads
 from hbpe.training.patch_io import IGNORE, cross_entropy_sum
 from hbpe.training.schemes import build_scheme
 
@@ -67,6 +67,7 @@ def evaluate(
             )
             bar.update(1)
         bar.close()
+        stop_downloads(dl)  # before the cache is deleted
         del dl
     nll, counts = float(sums[0]), [int(v) for v in sums[1:].tolist()]
     symbols, nbytes, text_patches = counts

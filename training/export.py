@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from hbpe.pipeline import storage
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.model import PatchLM, VocabSpec, build_model
@@ -88,15 +89,50 @@ def write_file_atomic(path: Path, write: Callable[[str], None]) -> None:
 
 
 def export_model(checkpoint: str, out: str, *, overwrite: bool = False) -> dict[str, Any]:
-    """Any checkpoint `load_model` reads -> a self-contained model directory `out`; returns a summary."""
+    """Any checkpoint `load_model` reads (local or in a bucket) -> a self-contained model directory `out`
+    (local, or a bucket prefix); returns a summary."""
     from hbpe.training.checkpoint import load_model
 
     t0 = time.perf_counter()
-    _check_out(Path(out), overwrite=overwrite)  # before the (possibly large) model is read
+    remote_out = storage.is_remote(out)
+    if remote_out:  # before the (possibly large) model is read
+        _check_remote_out(out, overwrite=overwrite)
+    else:
+        _check_out(Path(out), overwrite=overwrite)
     model, tok, meta = load_model(checkpoint)
-    source = meta.get("source") or {"checkpoint": str(Path(checkpoint).resolve())}
-    summary = write_export(model, tok, out, source=source, overwrite=overwrite)
+    where = checkpoint if storage.is_remote(checkpoint) else str(Path(checkpoint).resolve())
+    source = meta.get("source") or {"checkpoint": where}
+    if not remote_out:
+        summary = write_export(model, tok, out, source=source, overwrite=overwrite)
+    else:
+        with tempfile.TemporaryDirectory(prefix="hbpe-export-") as tmp:
+            summary = {**write_export(model, tok, tmp, source=source), "out": out}
+            _upload_export(tmp, out)
     return {"checkpoint": checkpoint, **summary, "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _check_remote_out(out: str, *, overwrite: bool) -> None:
+    """`_check_out` for a bucket prefix: new or empty, or an earlier export with --overwrite."""
+    names = {name.split("/", 1)[0] for name in storage.list_dir(out)}
+    if not names:
+        return
+    others = sorted(names - set(_OURS))
+    if MODEL_FILE not in names or others:
+        what = f"objects hbpe export did not write ({', '.join(others[:3])})" if others else "an incomplete export"
+        raise ConfigError(f"--out {out} holds {what}; choose an empty or new prefix")
+    if not overwrite:
+        raise ConfigError(f"--out {out} already holds an export; pass --overwrite to replace it")
+
+
+def _upload_export(local: str, out: str) -> None:
+    """The export in `local` to bucket prefix `out`, hbpe_model.json last (as locally: its presence marks a
+    complete export). A bucket cannot rename: an interrupted --overwrite leaves the old description beside
+    some new files, which `load_exported` refuses (fingerprint or weights mismatch) rather than misreads."""
+    description = Path(local, MODEL_FILE)
+    text = description.read_bytes()
+    description.unlink()
+    storage.upload_dir(local, out)
+    storage.write_bytes(storage.join(out, MODEL_FILE), text)
 
 
 def write_export(model: PatchLM, tok: Any, out: str, *, source: dict[str, Any], overwrite: bool = False) -> dict:

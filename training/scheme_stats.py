@@ -69,7 +69,7 @@ def read_token_rows(shards: str, tok, *, samples: int) -> np.ndarray:
     """
     from hbpe.pipeline import storage
     from hbpe.pipeline.shards.reader import ShardDir
-    from hbpe.training.data import build_dataloader, check_compatible, read_manifest
+    from hbpe.training.data import build_dataloader, check_compatible, read_manifest, stop_downloads
 
     check_compatible(read_manifest(shards), tok, where=shards)
     rows: list[np.ndarray] = []
@@ -77,7 +77,7 @@ def read_token_rows(shards: str, tok, *, samples: int) -> np.ndarray:
         for _, s in zip(range(samples), ShardDir(shards).samples()):
             rows.append(np.asarray(s["tokens"], dtype=np.int64))
     else:
-        with tempfile.TemporaryDirectory(prefix="hbpe-stats-", ignore_cleanup_errors=True) as cache:
+        with tempfile.TemporaryDirectory(prefix="hbpe-stats-") as cache:
             dl = build_dataloader(
                 shards, tok, batch_size=16, cache_dir=cache, shuffle=False, shuffle_seed=0, drop_last=False
             )
@@ -85,6 +85,7 @@ def read_token_rows(shards: str, tok, *, samples: int) -> np.ndarray:
                 rows.extend(batch["tokens"].numpy())
                 if len(rows) >= samples:
                     break
+            stop_downloads(dl)  # before the cache is deleted
             del dl
     if not rows:
         from hbpe.schemas.errors import ArtifactError

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from composer import Callback
 
+from hbpe.pipeline import storage
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.train_config import TrainConfig
+from hbpe.training.save_folder import (  # re-exported: the save-folder checks are part of the trainer's surface
+    check_resume_matches,
+    check_save_folder,
+    clear_previous_run,
+    latest_checkpoint,
+)
 from hbpe.training.throughput import ThroughputMeter
 
 if TYPE_CHECKING:
@@ -83,142 +88,6 @@ def resolve_tokenizer(cfg: TrainConfig) -> tuple[HierarchicalTokenizer, dict[str
     return tok, derived
 
 
-def check_save_folder(cfg: TrainConfig) -> None:
-    """Refuse to train into a folder that holds another run, unless asked to resume or replace it.
-
-    Composer would otherwise overwrite the old checkpoints as the new ones are saved (or fail
-    only at the first save), and `hbpe_run.json` would describe the new model beside old weights.
-    """
-    from hbpe.training.run_files import RUN_FILE
-
-    if cfg.autoresume and cfg.save_overwrite:
-        raise ConfigError("autoresume=true and save_overwrite=true contradict each other: resume or replace, not both")
-    check_save_folder_is_not_data(cfg)
-    if cfg.autoresume or cfg.save_overwrite or "://" in cfg.save_folder:
-        return
-    folder = Path(cfg.save_folder)
-    if not folder.is_dir():
-        return
-    previous = sorted(p.name for p in folder.iterdir() if p.name == RUN_FILE or p.suffix == ".pt")
-    if previous:
-        raise ConfigError(
-            f"save_folder {folder} already holds a run ({', '.join(previous[:3])}); pass autoresume=true to continue "
-            "it, save_overwrite=true to replace it, or choose another save_folder"
-        )
-
-
-def check_save_folder_is_not_data(cfg: TrainConfig) -> None:
-    """The run writes `tokenizer/` and `hbpe_run.json` into save_folder: never into (or around) shards.
-
-    A shard directory used as save_folder would get the run's tokenizer over its own `tokenizer/`
-    (the shards then no longer verify), and a folder inside one is deleted with it.
-    """
-    from hbpe.schemas import shard_columns
-
-    if "://" in cfg.save_folder:
-        return
-    folder = Path(cfg.save_folder).resolve()
-    sources = [("data.train", cfg.data.train), ("data.eval", cfg.data.eval)]
-    sources += [(f"data.streams[{i}].remote", s.remote) for i, s in enumerate(cfg.data.streams or ())]
-    for key, value in sources:
-        if not value or "://" in value:
-            continue
-        data = Path(value).resolve()
-        if folder == data or folder.is_relative_to(data) or data.is_relative_to(folder):
-            where = "is" if folder == data else ("lies inside" if folder.is_relative_to(data) else "contains")
-            raise ConfigError(
-                f"save_folder {cfg.save_folder} {where} the shard directory {key}={value}: the run's tokenizer/ and "
-                "checkpoints would be written among the shards; set save_folder to a folder of its own, e.g. "
-                f"save_folder=runs/{cfg.run_name}"
-            )
-    shard_files = (shard_columns.MANIFEST_FILENAME, shard_columns.INDEX_FILENAME, shard_columns.COMPLETED_FILENAME)
-    found = [name for name in shard_files if (folder / name).exists()]
-    if found:
-        raise ConfigError(
-            f"save_folder {cfg.save_folder} holds a shard directory's files ({', '.join(found)}): the run's tokenizer/ "
-            f"would overwrite the shards' own; set save_folder to a folder of its own, e.g. save_folder=runs/{cfg.run_name}"
-        )
-
-
-def check_resume_matches(cfg: TrainConfig, tok: HierarchicalTokenizer) -> None:
-    """autoresume continues the run in save_folder only with that run's model and tokenizer.
-
-    Otherwise hbpe_run.json would be rewritten for the new model, Composer would then fail to load
-    the old weights (an internal KeyError), and the old checkpoints could no longer be evaluated.
-    """
-    import json
-    from dataclasses import asdict
-
-    from hbpe.training.run_files import RUN_FILE
-
-    if not cfg.autoresume or "://" in cfg.save_folder:
-        return
-    path = Path(cfg.save_folder, RUN_FILE)
-    if not path.is_file():
-        return
-    try:
-        old = json.loads(path.read_text())
-        old_model, old_fingerprint = dict(old["model"]), old["tokenizer_fingerprint"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise ConfigError(
-            f"{path} is not a readable {RUN_FILE} ({type(e).__name__}: {e}); autoresume cannot tell which run it "
-            "continues: restore the file, or set save_folder to a new folder"
-        ) from None
-    new_model = asdict(cfg.model_config)
-    unset = "(unset)"
-    changed = [
-        f"model.{k} {old_model.get(k, unset)} -> {new_model.get(k, unset)}"
-        for k in sorted(set(old_model) | set(new_model))
-        if old_model.get(k, unset) != new_model.get(k, unset)
-    ]
-    if old_fingerprint != tok.fingerprint:
-        changed.append(f"tokenizer fingerprint {str(old_fingerprint)[:12]} -> {tok.fingerprint[:12]}")
-    if changed:
-        raise ConfigError(
-            f"autoresume=true but save_folder {cfg.save_folder} holds a run with another model or tokenizer "
-            f"({'; '.join(changed)}); resume with that run's settings, or set save_folder to a new folder "
-            "(save_overwrite=true instead of autoresume replaces the old run)"
-        )
-
-
-# what Composer's default checkpoint names produce: ep{epoch}-ba{batch}-rank{rank}.pt, latest-rank{rank}.pt,
-# and for sharded (DCP) checkpoints an ep{epoch}-ba{batch} folder holding .metadata
-_CHECKPOINT_FILE = re.compile(r"(ep\d+-ba\d+|latest)-rank\d+\.pt|ep\d+-ba\d+-consolidated\.pt")
-_SHARDED_CHECKPOINT = re.compile(r"ep\d+-ba\d+")
-
-
-def clear_previous_run(folder: str) -> list[str]:
-    """With save_overwrite: remove the old run's checkpoints and run files, and nothing else -> names removed.
-
-    Composer's save_overwrite only replaces a checkpoint of the same name: old ones the new run does
-    not reach would stay beside the new ones, and eval would read them with the new hbpe_run.json.
-    """
-    import shutil
-
-    from hbpe.training.run_files import RUN_FILE
-
-    root = Path(folder)
-    if not root.is_dir():
-        return []
-    removed = []
-    for p in sorted(root.iterdir()):
-        name = p.name
-        if _CHECKPOINT_FILE.fullmatch(name) and (p.is_symlink() or p.is_file()):
-            p.unlink()
-        elif _SHARDED_CHECKPOINT.fullmatch(name) and p.is_dir() and not p.is_symlink() and (p / ".metadata").exists():
-            shutil.rmtree(p)
-        elif name == RUN_FILE and p.is_file():
-            p.unlink()
-        elif name == "tokenizer" and p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            continue
-        removed.append(name)
-    if removed:
-        log.warning("save_overwrite=true: removed the previous run's %s from %s", ", ".join(removed), folder)
-    return removed
-
-
 def check_samples(cfg: TrainConfig, samples: int, *, world: int) -> None:
     """Enough samples for one global batch: with drop_last a smaller set gives 0 batches per epoch,
     and Composer then loops over empty epochs without end."""
@@ -244,24 +113,20 @@ def check_not_finished(cfg: TrainConfig, trainer: Any) -> None:
         )
 
 
-def guard_checkpoint_loading(cfg: TrainConfig, *, check_autoresume: bool) -> None:
+def guard_checkpoint_loading(cfg: TrainConfig, *, resume_from: str | None) -> None:
     """No checkpoint Composer loads may run code.
 
     Composer unpickles checkpoints with `weights_only=False`. Its validation hook checks every
-    file right before it loads one (remote and sharded included); the explicit checks here give
-    the one-line error before the Trainer exists (DCP would wrap the hook's error in its own).
+    file right before it loads one (remote, after the download, and sharded included); the
+    explicit checks here give the one-line error before the Trainer exists (DCP would wrap the
+    hook's error in its own). `resume_from`: what autoresume continues (`latest_checkpoint`).
     """
-    from composer.utils import format_name_with_dist
-
     from hbpe.training.checkpoint import ensure_safe_checkpoint
 
     os.environ["CHECKPOINT_VALIDATION_FUNCTION"] = "hbpe.training.checkpoint.composer_checkpoint_validator"
-    if cfg.load_path and "://" not in cfg.load_path:
-        ensure_safe_checkpoint(cfg.load_path)
-    if cfg.autoresume and check_autoresume:
-        latest = format_name_with_dist(os.path.join(cfg.save_folder, "latest-rank{rank}.pt"), cfg.run_name)
-        if os.path.exists(latest):  # Composer starts fresh when it is absent or dangling
-            ensure_safe_checkpoint(latest)
+    for path in (cfg.load_path, resume_from):
+        if path and not storage.is_remote(path):
+            ensure_safe_checkpoint(path)
 
 
 def _start(cfg: TrainConfig, *, save_enabled: bool) -> tuple[str, int]:
@@ -283,7 +148,7 @@ def _start(cfg: TrainConfig, *, save_enabled: bool) -> tuple[str, int]:
 
 def _local_root(cfg: TrainConfig) -> str:
     """Where caches and logs go: the save folder, or runs/<run_name> when checkpoints go to a bucket."""
-    return os.path.join("runs", cfg.run_name) if "://" in cfg.save_folder else cfg.save_folder
+    return os.path.join("runs", cfg.run_name) if storage.is_remote(cfg.save_folder) else cfg.save_folder
 
 
 def resolve_entropy_threshold(cfg: TrainConfig, tok: HierarchicalTokenizer) -> tuple[TrainConfig, Any | None]:
@@ -370,10 +235,7 @@ def check_canonical_nodes(cfg: TrainConfig, *, nodes: int) -> None:
     n = cfg.data.num_canonical_nodes
     if n is None or n % nodes == 0 or nodes % n == 0:
         return
-    from composer.utils import format_name_with_dist
-
-    latest = format_name_with_dist(os.path.join(cfg.save_folder, "latest-rank{rank}.pt"), cfg.run_name)
-    if cfg.load_path or (cfg.autoresume and os.path.exists(latest)):
+    if cfg.load_path or (cfg.autoresume and latest_checkpoint(cfg)):
         return
     raise ConfigError(
         f"data.num_canonical_nodes={n} and the {nodes} nodes of this run do not divide one another, which streaming "
@@ -451,10 +313,12 @@ def _trainer_kwargs(
     callbacks: list[Callback],
     loggers: list[Any],
     save_enabled: bool,
+    resume_from: str | None = None,
 ) -> dict[str, Any]:
     """Composer Trainer arguments other than the model, data and optimizer: schedule, precision, saving, logging.
 
-    `callbacks` and `loggers` are every one the run has (the config's blocks built by `build_run`).
+    `callbacks` and `loggers` are every one the run has (the config's blocks built by `build_run`);
+    `resume_from` what autoresume continues (`latest_checkpoint`).
     """
     from composer.algorithms import GradientClipping
     from composer.loggers import FileLogger
@@ -485,13 +349,37 @@ def _trainer_kwargs(
         save_interval=cfg.save_interval,
         save_num_checkpoints_to_keep=cfg.save_num_checkpoints_to_keep,
         save_overwrite=cfg.save_overwrite,
-        autoresume=cfg.autoresume,
-        load_path=cfg.load_path,
+        **_load_kwargs(cfg, resume_from),
         progress_bar=False,
+        load_progress_bar=False,  # a checkpoint downloaded from a bucket (resume, load_path): no bar either
         log_to_console=cfg.console,
         console_log_interval=cfg.log_interval,
         python_log_level=None,
     )
+
+
+def _load_kwargs(cfg: TrainConfig, resume_from: str | None) -> dict[str, Any]:
+    """Composer's autoresume and load_path.
+
+    A bucket save folder's resume is found here (`latest_checkpoint`) and handed to Composer as a
+    load_path, which it downloads into a temporary folder and loads as autoresume would: its own
+    autoresume would download the checkpoint into a local folder named after the URI
+    (`./s3:/bucket/run/latest-rank0.pt`).
+    """
+    if cfg.autoresume and storage.is_remote(cfg.save_folder):
+        return {"autoresume": False, "load_path": resume_from or cfg.load_path}
+    return {"autoresume": cfg.autoresume, "load_path": cfg.load_path}
+
+
+def _poll_uploads_often(trainer: Any) -> None:
+    """Composer uploads `latest-rank0.pt.symlink` once it sees the checkpoint in the bucket, looking every 30 s
+    (its attribute is there for tests to shorten): each save, and the end of the run, waited up to 30 s for a
+    small checkpoint whose upload took well under one. One HEAD request a second while an upload runs is nothing."""
+    saver = getattr(trainer, "_checkpoint_saver", None)
+    if getattr(saver, "remote_uploader", None) is not None and hasattr(
+        saver, "_symlink_upload_wait_before_next_try_in_seconds"
+    ):
+        saver._symlink_upload_wait_before_next_try_in_seconds = 1.0
 
 
 def build_run(
@@ -532,7 +420,8 @@ def build_run(
     model, cmodel = _model(cfg, tok)
     optimizer, scheduler = build_optimizer(cmodel, cfg.optim), build_scheduler(cfg.optim)
     meter = ThroughputMeter()
-    guard_checkpoint_loading(cfg, check_autoresume=save_enabled and "://" not in cfg.save_folder)
+    resume_from = latest_checkpoint(cfg) if cfg.autoresume and save_enabled else None
+    guard_checkpoint_loading(cfg, resume_from=resume_from)
     trainer = Trainer(
         model=cmodel,
         train_dataloader=train_dl,
@@ -548,8 +437,10 @@ def build_run(
             callbacks=[*config_callbacks, meter, *(callbacks or [])],
             loggers=[*config_loggers, *(loggers or [])],
             save_enabled=save_enabled,
+            resume_from=resume_from,
         ),
     )
+    _poll_uploads_often(trainer)
     # the run files and the clearing of an old run come last: any refusal above leaves the folder as it was,
     # so fixing the mistake and running again is not refused as "already holds a run"
     try:
@@ -558,7 +449,7 @@ def build_run(
         trainer.close()
         raise
     if save_enabled and dist.get_global_rank() == 0:
-        if cfg.save_overwrite and "://" not in cfg.save_folder:
+        if cfg.save_overwrite:
             clear_previous_run(cfg.save_folder)
         write_run_files(
             cfg.save_folder,

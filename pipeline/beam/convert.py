@@ -25,10 +25,12 @@ import json
 import logging
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 
-from hbpe.pipeline.beam import fs
+from hbpe.pipeline import storage
+from hbpe.pipeline.beam import fs, stores
 from hbpe.pipeline.beam import resume as resuming
 from hbpe.pipeline.beam.finalize import STAGING_DIRNAME, FinalizeContext, finalize_output, replace_output
 from hbpe.pipeline.beam.options import choose_runner, default_pipeline_options
@@ -148,6 +150,12 @@ def run_convert(
             on_message(line)
 
     output = output_dir(cfg.output)
+    beam_args = list(pipeline_args or [])
+    # every store is reached once, with a deadline, before anything else touches it (Beam's clients
+    # retry an unreachable endpoint for minutes); Beam is imported only when a location is remote
+    stores.preflight(
+        [(cfg.tokenizer, "the tokenizer"), *((p, "the input") for p in cfg.inputs), (output, "the output")], beam_args
+    )
     # the whole load, table included, proves the artifact usable (rank-file hash, merges that fit this
     # first stage and S) before any worker starts; the in-process runner then uses it as it is
     tok = artifact.load(cfg.tokenizer)
@@ -163,7 +171,8 @@ def run_convert(
     if choice.beam:
         import apache_beam as beam
 
-        opts = default_pipeline_options(list(choice.beam_args), workers=workers)
+        # the stores' endpoints from the environment travel with the pipeline, so its workers reach them too
+        opts = default_pipeline_options([*choice.beam_args, *stores.store_args(choice.beam_args)], workers=workers)
         try:
             pipeline = beam.Pipeline(options=opts)
         except ValueError as e:  # an unknown --runner
@@ -251,7 +260,11 @@ def _prepare_staging(build: Build, record: dict, keys: dict[int, str], tokenizer
         if not fs.is_remote(build.path):
             os.makedirs(build.path, exist_ok=True)  # parents too, like mkdir -p (see output_dir)
         resuming.write_record(build.staging, record)
-    fs.copy_dir_to(tokenizer_dir, fs.join(build.staging, "tokenizer"))
+    from hbpe.pipeline.tokenizer import artifact
+
+    with tempfile.TemporaryDirectory(prefix="hbpe-tokenizer-") as tmp:
+        local = artifact.fetch(tokenizer_dir, tmp) if storage.is_remote(tokenizer_dir) else tokenizer_dir
+        fs.copy_dir_to(local, fs.join(build.staging, "tokenizer"))
     return done
 
 

@@ -14,17 +14,29 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from hbpe.pipeline import storage
+
 
 def _beam_fs():
-    """Beam's FileSystems and the 'uncompressed' flag, imported on the first URI."""
+    """Beam's FileSystems (configured for the stores: stores.py) and the 'uncompressed' flag, imported on a URI."""
     from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
 
-    return FileSystems, CompressionTypes.UNCOMPRESSED
+    from hbpe.pipeline.beam.stores import filesystems
+
+    return filesystems(), CompressionTypes.UNCOMPRESSED
 
 
 def is_remote(path: str) -> bool:
-    return "://" in path
+    return storage.is_remote(path)
+
+
+# stores where an object appears only once its upload completes and a copy replaces its target
+# (not HDFS, whose rename refuses an existing target and whose files are visible while written)
+_OBJECT_STORES = ("s3", "gs", "azfs")
+
+
+def _object_store(path: str) -> bool:
+    return storage.scheme(path) in _OBJECT_STORES
 
 
 def join(base: str, *parts: str) -> str:
@@ -36,8 +48,46 @@ def join(base: str, *parts: str) -> str:
 def _create(path: str):
     if not is_remote(path):
         return open(path, "wb")
-    fsys, raw = _beam_fs()
-    return fsys.create(path, compression_type=raw)
+    return _RemoteFile(path)
+
+
+class _RemoteFile:
+    """A Beam file created at the first write, so an empty one can be written another way.
+
+    Beam's S3 writer cannot finish an empty object (a multipart upload of no parts is refused
+    as MalformedXML), and hbpe writes empty files: COMPLETED, a unit's rejects when it has none.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path, self._f = path, None
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if self._f is None:
+            fsys, raw = _beam_fs()
+            self._f = fsys.create(self.path, compression_type=raw)
+        self._f.write(data)
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            return
+        from hbpe.pipeline.beam.stores import write_empty
+
+        write_empty(self.path)
+
+    def discard(self) -> None:
+        """Drop what was written (after a failure): nothing is left under `path`."""
+        if self._f is not None:
+            self._f.close()
+            _beam_fs()[0].delete([self.path])
+
+    def __enter__(self) -> _RemoteFile:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
 
 
 def _open(path: str):
@@ -48,6 +98,12 @@ def _open(path: str):
 
 
 def write_atomic(path: str, data: bytes) -> None:
+    if _object_store(path):
+        # an object appears whole when its upload completes, or not at all: no temporary name needed
+        # (on S3 a temporary object and its rename cost three more requests, and Beam a new client each)
+        with _create(path) as f:
+            f.write(data)
+        return
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
     if not is_remote(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -62,7 +118,7 @@ def rename(src: str, dst: str) -> None:
         os.replace(src, dst)  # atomic, and overwrites a retried attempt's file
         return
     fsys = _beam_fs()[0]
-    if fsys.exists(dst):
+    if not _object_store(dst) and fsys.exists(dst):  # an object store's copy replaces dst itself
         fsys.delete([dst])
     fsys.rename([src], [dst])
 
@@ -95,13 +151,14 @@ class AtomicWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._f.close()
         if exc_type is None:
+            self._f.close()
             rename(self.tmp, self.path)
         elif not is_remote(self.tmp):
+            self._f.close()
             os.remove(self.tmp)
         else:
-            _beam_fs()[0].delete([self.tmp])
+            self._f.discard()
 
 
 def read_range(path: str, start: int, length: int) -> bytes:

@@ -29,6 +29,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from hbpe.pipeline import storage
 from hbpe.pipeline.corpus.files import FileInfo
 from hbpe.schemas.errors import ConfigError
 
@@ -94,7 +95,7 @@ def choose_runner(
         return RunnerChoice(runner, "--runner", (f"--runner={runner}", *args), workers=cores)
     if args:
         return RunnerChoice("DirectRunner", "auto: Beam options given", ("--runner=DirectRunner", *args), cores)
-    remote = [p for p in [output, *(f.path for f in files)] if "://" in p]
+    remote = [p for p in [output, *(f.path for f in files)] if storage.is_remote(p)]
     if remote:  # object stores stay on the path they were tested on (the in-process pool would fork a GCS client)
         return RunnerChoice("DirectRunner", f"auto: object-store path {remote[0]}", ("--runner=DirectRunner",), cores)
     size = text_bytes_estimate(files)

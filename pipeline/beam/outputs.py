@@ -47,13 +47,13 @@ def output_dir(path: str) -> str:
     real = os.path.realpath(path)
     if os.path.exists(real) and not os.path.isdir(real):
         raise ConfigError(
-            f"--output {path} is a file, not a directory: give the path of a directory (a new one is created)"
+            f"--out {path} is a file, not a directory: give the path of a directory (a new one is created)"
         )
     up = os.path.dirname(real)
     while not os.path.exists(up):
         up = os.path.dirname(up)
     if not os.path.isdir(up):
-        raise ConfigError(f"--output {path} cannot be created: {up} is a file; give a directory path")
+        raise ConfigError(f"--out {path} cannot be created: {up} is a file; give a directory path")
     return real
 
 
@@ -73,7 +73,7 @@ def refuse_inside(path: str, output: str, what: str, shown: str) -> None:
     if real == output or real.startswith(output.rstrip("/") + "/"):
         raise ConfigError(
             f"{what} lies inside the output directory {shown}, which the conversion replaces: "
-            f"move or copy it out of {shown} first, or choose another --output"
+            f"move or copy it out of {shown} first, or choose another --out"
         )
 
 
@@ -96,12 +96,12 @@ def choose_build(output: str, shown: str, *, overwrite: bool, resume_: bool, rec
             raise ConfigError(
                 f"output {shown} is not empty and holds files hbpe did not write: {listed}; it is not an earlier "
                 "conversion (no COMPLETED, .hbpe-staging/ or hbpe manifest.json), so --overwrite does not replace "
-                "it: choose a new or empty --output, or move those files away"
+                "it: choose a new or empty --out, or move those files away"
             )
         raise ConfigError(
             f"output {shown} is not empty and holds files hbpe did not write: {listed}; "
             "--overwrite only replaces an earlier conversion (shard.*.mds.zstd, index.json, manifest.json, "
-            "rejects/, tokenizer/, COMPLETED): choose a new or empty --output, or move those files away"
+            "rejects/, tokenizer/, COMPLETED): choose a new or empty --out, or move those files away"
         )
     unfinished = resume.unfinished_builds(output)
     if resume_ and unfinished:

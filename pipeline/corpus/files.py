@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from hbpe.pipeline import storage
 from hbpe.pipeline.corpus.documents import (
     UNREADABLE_INPUT,
     Document,
@@ -98,17 +99,17 @@ def resolve_inputs(
     unknown: list[str] = []
     for pat in patterns:
         root = None
-        if "://" in pat:
-            from apache_beam.io.filesystems import FileSystems
+        if storage.is_remote(pat):
+            from hbpe.pipeline.beam.stores import filesystems
 
-            matches = [m.path for m in FileSystems.match([pat])[0].metadata_list]
+            matches = [m.path for m in filesystems().match([pat])[0].metadata_list]
         elif os.path.isdir(pat):
             root = pat
             matches = [p for p in glob.glob(os.path.join(pat, "**", "*"), recursive=True) if os.path.isfile(p)]
         else:
             matches = [p for p in glob.glob(pat, recursive=True) if os.path.isfile(p)]
         if skip:
-            matches = [p for p in matches if "://" in p or not os.path.realpath(p).startswith(skip)]
+            matches = [p for p in matches if storage.is_remote(p) or not os.path.realpath(p).startswith(skip)]
         kept = [p for p in matches if not excluded(p, root)]
         if not kept:
             why = f" (all {len(matches)} excluded by --exclude)" if matches else ""
@@ -130,11 +131,12 @@ def resolve_inputs(
 
 def open_raw(path: str) -> io.RawIOBase | io.BufferedIOBase:
     """Open local paths directly and URIs (gs://, s3://, ...) through Beam's filesystems."""
-    if "://" in path:
+    if storage.is_remote(path):
         from apache_beam.io.filesystem import CompressionTypes
-        from apache_beam.io.filesystems import FileSystems
 
-        return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        from hbpe.pipeline.beam.stores import filesystems
+
+        return filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     return open(path, "rb")
 
 
@@ -306,10 +308,10 @@ def iter_documents(
 
 def file_info(path: str) -> FileInfo:
     fmt, comp = detect(path)
-    if "://" in path:
-        from apache_beam.io.filesystems import FileSystems
+    if storage.is_remote(path):
+        from hbpe.pipeline.beam.stores import filesystems
 
-        meta = FileSystems.match([path])[0].metadata_list[0]
+        meta = filesystems().match([path])[0].metadata_list[0]
         return FileInfo(path, meta.size_in_bytes, getattr(meta, "last_updated_in_seconds", None), fmt, comp)
     st = os.stat(path)
     return FileInfo(path, st.st_size, st.st_mtime, fmt, comp)

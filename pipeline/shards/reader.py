@@ -1,7 +1,7 @@
 """Read a committed shard directory: manifest, MDS index, tokenizer copy, samples.
 
-`read_manifest` is the one reader of manifest.json, for local and remote (gs://, s3://)
-directories; training uses it too.
+`read_manifest` is the one reader of manifest.json, and `ShardDir` the one reader of a whole
+directory, for local and remote (gs://, s3://) directories alike; training uses them too.
 
 Shards are decoded by `hbpe.pipeline.shards.mds_format` in memory (streaming's dataset would
 copy them to a cache directory, and importing it costs ~10 s). Every shard is
@@ -114,14 +114,28 @@ def read_file(path: Path) -> bytes | None:
         return None
 
 
-def shard_file_problems(directory: Path, index: dict, *, hashes: bool = True) -> list[str]:
-    """'NAME: problem' for every shard file of `index` that is missing, resized or (with hashes) altered."""
+def read_shard_file(directory: str | Path, info: dict) -> bytes | None:
+    """The bytes of shard file `info` (an index.json `zip_data`) in a local or remote directory; None when missing.
+
+    A remote read gets the storage deadline plus time for the size index.json records.
+    """
+    if not storage.is_remote(directory):
+        return read_file(Path(directory) / info["basename"])
+    timeout = storage.default_timeout() + int(info.get("bytes") or 0) / storage.MIN_RATE
+    return storage.read_if_exists(storage.join(directory, info["basename"]), timeout=timeout)
+
+
+def shard_file_problems(directory: str | Path, index: dict, *, hashes: bool = True) -> list[str]:
+    """'NAME: problem' for every shard file of `index` that is missing, resized or (with hashes) altered.
+
+    A remote directory's files are always read and hashed: a bucket has no cheap size lookup here.
+    """
     problems = []
     for e in index["shards"]:
         info = e["zip_data"]
-        path = directory / info["basename"]
-        if hashes:
-            problem = mds_format.file_problem(read_file(path), info)
+        path = Path(directory) / info["basename"]
+        if hashes or storage.is_remote(directory):
+            problem = mds_format.file_problem(read_shard_file(directory, info), info)
         elif not path.is_file():
             problem = "missing"
         elif (size := path.stat().st_size) != info["bytes"]:
@@ -162,21 +176,34 @@ def load_shard_tokenizer(shards: str | os.PathLike, manifest: Manifest | None = 
 
 
 class ShardDir:
-    """A local shard directory written by `hbpe convert` (refused unless COMPLETED)."""
+    """A shard directory written by `hbpe convert`, local or a URI (refused unless COMPLETED).
+
+    `path` is a Path for a local directory and the URI (without a trailing /) for a remote one;
+    a remote directory's files are read through `hbpe.pipeline.storage`, one shard at a time.
+    """
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        self.path: str | Path = str(path).rstrip("/") if storage.is_remote(path) else Path(path)
         self.manifest = read_manifest(self.path)
-        ipath = self.path / shard_columns.INDEX_FILENAME
-        if not ipath.is_file():
+        ipath = storage.join(self.path, shard_columns.INDEX_FILENAME)
+        raw = storage.read_if_exists(ipath)
+        if raw is None:
             raise ArtifactError(f"{ipath}: missing from a completed shard directory; {RESTORE}")
-        self.index = mds_format.parse_index(ipath.read_bytes(), source=str(ipath))
+        self.index = mds_format.parse_index(raw, source=str(ipath))
         for i, e in enumerate(self.index["shards"]):
             if sorted(e["column_names"]) != list(HBPE_COLUMNS):
                 raise ArtifactError(
                     f"{ipath} shard {i}: columns {e['column_names']}, hbpe shards have {list(HBPE_COLUMNS)}; reconvert"
                 )
         self._tok = None
+
+    @property
+    def remote(self) -> bool:
+        return storage.is_remote(self.path)
+
+    def file_path(self, name: str) -> str:
+        """Where file `name` of the directory is (a path, or a URI)."""
+        return storage.join(self.path, name)
 
     @property
     def tokenizer(self) -> HierarchicalTokenizer:
@@ -193,23 +220,25 @@ class ShardDir:
         """Raise one ArtifactError naming every shard file that does not match index.json."""
         problems = shard_file_problems(self.path, self.index, hashes=hashes)
         if problems:
-            raise damaged_error(self.path, problems, more=f" (`hbpe shards verify {self.path}` lists every problem)")
+            raise damaged_error(
+                self.path, problems, more=f" (`hbpe shards verify --data {self.path}` lists every problem)"
+            )
 
     def read_raw(self, entry: dict) -> bytes:
         """The decompressed shard, after checking the file and the result against index.json."""
         name = entry["zip_data"]["basename"]
-        data = read_file(self.path / name)
+        data = read_shard_file(self.path, entry["zip_data"])
         problem = mds_format.file_problem(data, entry["zip_data"])
         if problem:
             raise damaged_error(self.path, [f"{name}: {problem}"])
-        raw = mds_format.decompress(data, name=str(self.path / name))
+        raw = mds_format.decompress(data, name=self.file_path(name))
         problem = mds_format.file_problem(raw, entry["raw_data"])
         if problem:
             raise damaged_error(self.path, [f"{name}: decompressed data {problem}"])
         return raw
 
     def read_columns(self, entry: dict, raw: bytes | None = None) -> dict[str, np.ndarray]:
-        name = str(self.path / entry["zip_data"]["basename"])
+        name = self.file_path(entry["zip_data"]["basename"])
         return mds_format.decode_raw_shard(self.read_raw(entry) if raw is None else raw, entry, name=name)
 
     def iter_samples(self, entry: dict, raw: bytes | None = None) -> Iterator[dict[str, np.ndarray]]:

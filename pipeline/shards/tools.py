@@ -1,15 +1,17 @@
-"""`hbpe shards inspect | verify | export-text | stats` over a committed shard directory."""
+"""`hbpe shards inspect | verify | export-text | stats` over a committed shard directory (local or a URI)."""
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
+from hbpe.pipeline import storage
 from hbpe.pipeline.shards import mds_format
-from hbpe.pipeline.shards.reader import ShardDir, read_file
+from hbpe.pipeline.shards.reader import ShardDir, read_shard_file
 from hbpe.schemas import shard_columns
 from hbpe.schemas.errors import ArtifactError, HbpeError
 from hbpe.schemas.symbols import EOD, PAD, TOKEN_EOD, TOKEN_PAD
@@ -88,7 +90,7 @@ def verify(sd: ShardDir) -> list[str]:
             problems.append(f"{name}: columns {e['column_encodings']} do not match manifest seq_len/S {columns}")
             complete = False
             continue
-        data = read_file(sd.path / name)
+        data = read_shard_file(sd.path, e["zip_data"])
         problem = mds_format.file_problem(data, e["zip_data"])
         if problem:
             problems.append(f"{name}: {problem}")
@@ -195,15 +197,22 @@ def export_text(sd: ShardDir, out: TextIO) -> dict[str, int]:
 
 
 def export_text_to(path: str | Path, sd: ShardDir) -> dict[str, int]:
-    """export_text into `path`, written under a temporary name and renamed, so a damaged shard leaves no half file."""
+    """export_text into `path` (local or a URI), whole or not at all: a damaged shard leaves no half file.
+
+    A local file is written under a temporary name and renamed; a remote one is written locally
+    and uploaded in one piece once complete (the bucket is checked first, before the work).
+    """
+    _refuse_inside(str(path), sd)
+    if storage.is_remote(path):
+        storage.check_bucket(str(path))
+        with tempfile.TemporaryDirectory(prefix="hbpe-export-") as tmp:
+            local = Path(tmp, "export.jsonl")
+            with open(local, "w", encoding="utf-8") as f:
+                r = export_text(sd, f)
+            storage.upload_file(local, str(path))
+        return r
     path = Path(path)
-    real, root = path.resolve(), sd.path.resolve()
-    if real == root or root in real.parents:
-        # e.g. DIR/index.json: the export would replace the shard directory's own files
-        raise ArtifactError(
-            f"output {path} lies inside the shard directory {sd.path} being exported: write it outside {sd.path}"
-        )
-    if not real.parent.is_dir():
+    if not path.resolve().parent.is_dir():
         raise ArtifactError(
             f"cannot write {path}: its folder {path.parent} does not exist; create it first or choose another path"
         )
@@ -215,3 +224,19 @@ def export_text_to(path: str | Path, sd: ShardDir) -> dict[str, int]:
     finally:
         tmp.unlink(missing_ok=True)
     return r
+
+
+def _refuse_inside(path: str, sd: ShardDir) -> None:
+    """e.g. DIR/index.json: the export would replace the shard directory's own files."""
+    if storage.is_remote(path) != sd.remote:
+        return  # a bucket and a local folder cannot overlap
+    if sd.remote:
+        target, root = path.rstrip("/"), str(sd.path)
+        inside = target == root or target.startswith(root + "/")
+    else:
+        real, root_path = Path(path).resolve(), Path(sd.path).resolve()
+        inside = real == root_path or root_path in real.parents
+    if inside:
+        raise ArtifactError(
+            f"output {path} lies inside the shard directory {sd.path} being exported: write it outside {sd.path}"
+        )

@@ -138,13 +138,26 @@ def load(path: str | os.PathLike) -> HierarchicalTokenizer:
     return _load_local(path)
 
 
+def fetch(uri: str, into: str | os.PathLike) -> str:
+    """The artifact's files at `uri` (tokenizer.json and the rank file it names) downloaded into `into`.
+
+    Names missing remotely are left out, for `load`'s checks to name; errors name the URI, not the copy.
+    """
+    local = str(into)
+    try:
+        storage.localize_dir(uri, [SPEC_FILENAME], into=local)
+        # the rank file's name is in tokenizer.json
+        storage.localize_dir(uri, [load_spec(local).first_stage.rank_file], into=local)
+    except ArtifactError as e:
+        raise ArtifactError(str(e).replace(local, uri.rstrip("/"))) from e
+    return local
+
+
 def _load_remote(uri: str) -> HierarchicalTokenizer:
     """Download the two files into a temporary directory and load that; errors name the URI, not the copy."""
     with tempfile.TemporaryDirectory(prefix="hbpe-tokenizer-") as local:
+        fetch(uri, local)
         try:
-            storage.localize_dir(uri, [SPEC_FILENAME], into=local)
-            # the rank file's name is in tokenizer.json (a missing one is named by _load_local's checks)
-            storage.localize_dir(uri, [load_spec(local).first_stage.rank_file], into=local)
             return _load_local(local)
         except ArtifactError as e:
             raise ArtifactError(str(e).replace(local, uri.rstrip("/"))) from e

@@ -119,12 +119,12 @@ def test_cli_prints_the_runner_and_accepts_an_override(tmp_path, gpt2_tokenizer_
     from hbpe.cli import main
 
     args = ["convert", "--tokenizer", str(gpt2_tokenizer_dir), "--input", str(SAMPLE_ZH), "--seq-len", "64"]
-    r = CliRunner().invoke(main, [*args, "--output", str(tmp_path / "a")])
+    r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "a")])
     assert r.exit_code == 0, r.output
     assert "runner: inprocess" in r.output and "(auto: local job, about 0.3 MB of text;" in r.output
     assert "read = written + rejected: OK" in r.output
     assert "[convert]: 100% 0.1/0.1 MB" in r.output and "40 docs, 0.2 MB text at" in r.output  # the final line
-    r = CliRunner().invoke(main, [*args, "--output", str(tmp_path / "b"), "--runner", "DirectRunner", *IN_MEMORY_BEAM])
+    r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "b"), "--runner", "DirectRunner", *IN_MEMORY_BEAM])
     assert r.exit_code == 0, r.output
     assert "runner: DirectRunner (--runner)" in r.output
     assert without_timing(dir_bytes(tmp_path / "a")) == without_timing(dir_bytes(tmp_path / "b"))
@@ -164,7 +164,7 @@ def test_sigterm_stops_the_inprocess_workers_and_commits_nothing(tmp_path, gpt2_
         shutil.copy(corpus, src / f"part{i}.jsonl.zst")
     out = tmp_path / "out"
     cmd = [sys.executable, "-c", "from hbpe.cli import main; main()", "convert", "--tokenizer", str(gpt2_tokenizer_dir)]
-    cmd += ["--input", str(src), "--output", str(out), "--runner", "inprocess", "--workers", "2"]
+    cmd += ["--input", str(src), "--out", str(out), "--runner", "inprocess", "--workers", "2"]
     proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 120

@@ -28,7 +28,7 @@ def test_cli_refuses_unknown_options_with_the_likely_fix(tmp_path, gpt2_tokenize
         str(gpt2_tokenizer_dir),
         "--input",
         str(SAMPLE_ZH),
-        "--output",
+        "--out",
         str(tmp_path / "o"),
     ]
     r = CliRunner().invoke(main, [*args, "--seq_len", "64"])  # it used to be dropped, and N=1024 used

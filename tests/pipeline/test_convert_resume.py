@@ -59,7 +59,7 @@ def cli(tok_dir, src, out, *extra: str) -> list[str]:
         *cmd,
         "--input",
         str(src),
-        "--output",
+        "--out",
         str(out),
         "--seq-len",
         "256",

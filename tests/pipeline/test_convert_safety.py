@@ -119,11 +119,9 @@ def test_an_output_inside_an_input_directory_is_not_read_back(tmp_path, gpt2_tok
 def test_output_path_that_is_a_file_or_under_a_file(tmp_path, gpt2_tokenizer_dir):
     f = tmp_path / "corpus.jsonl"
     f.write_text('{"text": "x"}\n')
-    with pytest.raises(ConfigError, match=r"--output .*corpus.jsonl is a file, not a directory"):
+    with pytest.raises(ConfigError, match=r"--out .*corpus.jsonl is a file, not a directory"):
         convert(gpt2_tokenizer_dir, [SAMPLE_ZH], f)
-    with pytest.raises(
-        ConfigError, match=r"--output .*corpus.jsonl/shards cannot be created: .*corpus.jsonl is a file"
-    ):
+    with pytest.raises(ConfigError, match=r"--out .*corpus.jsonl/shards cannot be created: .*corpus.jsonl is a file"):
         convert(gpt2_tokenizer_dir, [SAMPLE_ZH], f / "shards")
     deep = tmp_path / "runs" / "new-experiment" / "shards"  # missing parents are created, like mkdir -p
     convert(gpt2_tokenizer_dir, [f], deep, tail="pad")
@@ -253,7 +251,7 @@ def test_signal_stops_workers_and_commits_nothing(tmp_path, gpt2_tokenizer_dir, 
         convert(gpt2_tokenizer_dir, [SAMPLE_ZH], out, tail="pad")
         before = dir_bytes(out)
     cmd = [sys.executable, "-c", "from hbpe.cli import main; main()", "convert", "--tokenizer", str(gpt2_tokenizer_dir)]
-    cmd += ["--input", str(src), "--output", str(out), "--direct_num_workers=2"]
+    cmd += ["--input", str(src), "--out", str(out), "--direct_num_workers=2"]
     cmd += ["--direct_running_mode=multi_processing", *(["--overwrite"] if replacing else [])]
     proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -309,10 +307,10 @@ def test_cli_exclude_option_and_unknown_files_error(tmp_path, gpt2_tokenizer_dir
     (src / "a.jsonl").write_text('{"text": "the corpus"}\n')
     (src / "README.md").write_text("# about")
     args = ["convert", "--tokenizer", str(gpt2_tokenizer_dir), "--input", str(src), "--seq-len", "16", *IN_MEMORY]
-    r = CliRunner().invoke(main, [*args, "--output", str(tmp_path / "o1")])
+    r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "o1")])
     assert r.exit_code == 2 and "error: the inputs hold 1 file(s) of unknown format" in r.output
     assert "--exclude '*.md'" in r.output and "Traceback" not in r.output
-    r = CliRunner().invoke(main, [*args, "--output", str(tmp_path / "o2"), "--exclude", "*.md", "--json"])
+    r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "o2"), "--exclude", "*.md", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output[r.output.index("{") :])["config"]["excludes"] == ["*.md"]
 

@@ -71,7 +71,7 @@ def test_bench_compares_in_fresh_processes_and_finds_identical_ranks():
 def test_bench_command_json(tmp_path):
     r = CliRunner().invoke(
         main,
-        ["bench", "first-stage", "--corpus", str(SAMPLE_EN), "--vocab-size", "700", "--repeat", "1", "--json"],
+        ["bench", "first-stage", "--input", str(SAMPLE_EN), "--vocab-size", "700", "--repeat", "1", "--json"],
     )
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
@@ -97,7 +97,7 @@ def test_cli_trainers_write_the_same_file(tmp_path):
     files = []
     for trainer in ("hf", "hbpe"):
         out = tmp_path / f"{trainer}.tiktoken"
-        args = ["tokenizer", "train-bpe", "--corpus", str(SAMPLE_ZH), "--vocab-size", "800", "--out", str(out)]
+        args = ["tokenizer", "train-bpe", "--input", str(SAMPLE_ZH), "--vocab-size", "800", "--out", str(out)]
         r = CliRunner().invoke(main, [*args, "--first-stage-trainer", trainer])
         assert r.exit_code == 0, r.output
         assert f"trained a 800-token first stage ({trainer})" in r.output

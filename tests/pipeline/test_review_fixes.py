@@ -145,8 +145,8 @@ def test_a_swapped_tokenizer_copy_is_one_clear_error(swapped_tokenizer, tmp_path
     with pytest.raises(ArtifactError, match=MISMATCH):  # what training's load_shard_tokenizer should call
         load_shard_tokenizer(str(swapped_tokenizer))
     # inspect printed garbage with rc 0; export-text raised UnicodeDecodeError
-    for cmd in (["inspect"], ["export-text", "--output", str(tmp_path / "x.jsonl")]):
-        r = CliRunner().invoke(main, ["shards", cmd[0], str(swapped_tokenizer), *cmd[1:]])
+    for cmd in (["inspect"], ["export-text", "--out", str(tmp_path / "x.jsonl")]):
+        r = CliRunner().invoke(main, ["shards", cmd[0], "--data", str(swapped_tokenizer), *cmd[1:]])
         assert r.exit_code == 2 and "Traceback" not in r.output and "does not match the manifest" in r.output, cmd
     assert not (tmp_path / "x.jsonl").exists()
 
@@ -154,7 +154,7 @@ def test_a_swapped_tokenizer_copy_is_one_clear_error(swapped_tokenizer, tmp_path
 def test_verify_reports_a_swapped_tokenizer_and_checks_the_rest(swapped_tokenizer):
     problems = verify(ShardDir(swapped_tokenizer))  # was a ValueError: shapes (128,10) and (128,6) do not broadcast
     assert len(problems) == 1 and problems[0].startswith("tokenizer/ cannot be used (samples not checked against it)")
-    r = CliRunner().invoke(main, ["shards", "verify", str(swapped_tokenizer)])
+    r = CliRunner().invoke(main, ["shards", "verify", "--data", str(swapped_tokenizer)])
     assert r.exit_code == 1 and "FAIL tokenizer/ cannot be used" in r.output and "Traceback" not in r.output
 
 
@@ -168,7 +168,7 @@ def test_export_text_refuses_an_output_inside_the_shard_directory(sample_shards,
     for target in (d / "index.json", d / "tokenizer" / "x.jsonl"):
         with pytest.raises(ArtifactError, match=r"output .* lies inside the shard directory .*/train being exported"):
             export_text_to(target, ShardDir(d))
-    r = CliRunner().invoke(main, ["shards", "export-text", str(d), "--output", str(d / "index.json")])
+    r = CliRunner().invoke(main, ["shards", "export-text", "--data", str(d), "--out", str(d / "index.json")])
     assert r.exit_code == 2 and "lies inside the shard directory" in r.output
     assert dir_bytes(d) == before and ShardDir(d).index["shards"]
 
@@ -178,7 +178,7 @@ def test_export_text_to_a_missing_folder_names_the_requested_path(sample_shards,
     # the old error named the temp file: ".../nonexist/.x.jsonl.tmp"
     with pytest.raises(ArtifactError, match=rf"^cannot write {target}: its folder {target.parent} does not exist"):
         export_text_to(target, ShardDir(sample_shards[0]))
-    r = CliRunner().invoke(main, ["shards", "export-text", str(sample_shards[0]), "--output", str(target)])
+    r = CliRunner().invoke(main, ["shards", "export-text", "--data", str(sample_shards[0]), "--out", str(target)])
     assert r.exit_code == 2 and ".x.jsonl.tmp" not in r.output and f"cannot write {target}" in r.output
 
 

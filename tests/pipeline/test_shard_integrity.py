@@ -85,9 +85,9 @@ def test_damaged_shard_is_one_clear_error_in_every_reader(train_copy, tmp_path, 
 @pytest.mark.parametrize("command", ["inspect", "stats", "export-text"])
 def test_damaged_shard_cli_prints_one_error_line(train_copy, tmp_path, kind, command):
     damage(train_copy, kind)
-    extra = ["--output", str(tmp_path / "x.jsonl")] if command == "export-text" else []
-    assert_cli_error(cli("shards", command, str(train_copy), *extra), f"{SHARD}: {DAMAGE[kind]}")
-    r = cli("shards", "verify", str(train_copy))
+    extra = ["--out", str(tmp_path / "x.jsonl")] if command == "export-text" else []
+    assert_cli_error(cli("shards", command, "--data", str(train_copy), *extra), f"{SHARD}: {DAMAGE[kind]}")
+    r = cli("shards", "verify", "--data", str(train_copy))
     assert r.exit_code == 1 and f"FAIL {SHARD}: {DAMAGE[kind]}" in r.output and "Traceback" not in r.output
 
 
@@ -156,7 +156,7 @@ def test_bad_manifest_or_index_is_one_clear_error(train_copy, name, edit, messag
     with pytest.raises(ArtifactError, match=f"train/{name}.*{re.escape(message)}.*(reconvert|restore)"):
         ShardDir(train_copy)
     for command in ("inspect", "stats", "verify"):
-        assert_cli_error(cli("shards", command, str(train_copy)), message)
+        assert_cli_error(cli("shards", command, "--data", str(train_copy)), message)
 
 
 @pytest.mark.parametrize(
@@ -205,7 +205,7 @@ def test_verify_lists_each_manifest_count_mismatch(train_copy, field, edit, mess
     edit_json(train_copy / "manifest.json", lambda d: edit(d["counts"]))
     problems = verify(ShardDir(train_copy))
     assert any(message in p for p in problems), problems
-    r = cli("shards", "verify", str(train_copy))
+    r = cli("shards", "verify", "--data", str(train_copy))
     assert r.exit_code == 1 and "FAIL " in r.output and message in r.output
 
 

@@ -1,20 +1,19 @@
 """pipeline/storage.py: local paths and object-store URIs read alike, and without Beam.
 
-The remote tests talk real HTTP to a stand-in S3 (a few lines of http.server serving GET and
-HEAD from a folder) through streaming's S3 downloader and botocore, and to endpoints that
-refuse the connection or never answer.
+The remote tests talk real HTTP to moto's S3 server (the `s3_server` fixture) through
+streaming's S3 downloader and uploader and botocore, and to endpoints that refuse the
+connection or never answer. What a test puts in the bucket, or removes, goes through boto3.
 """
 
 from __future__ import annotations
 
-import http.server
 import json
 import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -44,55 +43,39 @@ def _s3_env(monkeypatch, endpoint: str) -> None:
         monkeypatch.delenv(k, raising=False)
 
 
-class _S3Handler(http.server.BaseHTTPRequestHandler):
-    """GET and HEAD of /bucket/key from `root`/bucket/key; 404 NoSuchKey otherwise (what S3 answers)."""
+@dataclass
+class Bucket:
+    """A new bucket on moto's server: `uri` is s3://NAME; objects are put and deleted with boto3."""
 
-    root: Path
+    uri: str
+    client: object
 
-    def _object(self) -> Path | None:
-        p = self.root / self.path.split("?", 1)[0].lstrip("/")
-        return p if p.is_file() else None
+    @property
+    def name(self) -> str:
+        return self.uri.removeprefix("s3://")
 
-    def _answer(self, body: bytes | None) -> None:
-        if body is None:
-            err = b"<Error><Code>NoSuchKey</Code><Message>not found</Message></Error>"
-            self.send_response(404)
-            self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(err)))
-            self.end_headers()
-            if self.command == "GET":
-                self.wfile.write(err)
-            return
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("ETag", '"0"')
-        self.send_header("Last-Modified", "Mon, 01 Jan 2024 00:00:00 GMT")
-        self.end_headers()
-        if self.command == "GET":
-            self.wfile.write(body)
+    def put(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.name, Key=key, Body=data)
 
-    def do_HEAD(self) -> None:  # noqa: N802 (http.server's naming)
-        p = self._object()
-        self._answer(None if p is None else p.read_bytes())
+    def put_dir(self, local: Path, prefix: str) -> None:
+        for p in sorted(local.rglob("*")):
+            if p.is_file():
+                self.put(f"{prefix}/{p.relative_to(local).as_posix()}", p.read_bytes())
 
-    do_GET = do_HEAD  # noqa: N815
+    def delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.name, Key=key)
 
-    def log_message(self, *args) -> None:
-        pass
+    def get(self, key: str) -> bytes:
+        return self.client.get_object(Bucket=self.name, Key=key)["Body"].read()
 
 
 @pytest.fixture
-def s3(tmp_path, monkeypatch):
-    """A local folder served as S3: returns the folder; `s3://bucket/k` is `folder/bucket/k`."""
-    root = tmp_path / "s3"
-    (root / "bucket").mkdir(parents=True)
-    handler = type("Handler", (_S3Handler,), {"root": root})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _s3_env(monkeypatch, f"http://127.0.0.1:{server.server_address[1]}")
-    yield root / "bucket"
-    server.shutdown()
-    server.server_close()
+def s3(s3_server, monkeypatch) -> Bucket:
+    import boto3
+
+    _s3_env(monkeypatch, s3_server.endpoint)
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint, region_name="us-east-1")
+    return Bucket(s3_server.new_bucket(), client)
 
 
 # ---- local paths ---------------------------------------------------------------------------
@@ -112,57 +95,79 @@ def test_local_paths(tmp_path):
     assert storage.join("s3://b/dir/", "x") == "s3://b/dir/x" and storage.join("d", "x") == "d/x"
 
 
-# ---- a stand-in S3 -------------------------------------------------------------------------
+# ---- moto's S3 ---------------------------------------------------------------------------
 
 
 def test_remote_files_read_missing_and_localized(s3, tmp_path):
-    (s3 / "dir").mkdir()
-    (s3 / "dir" / "a.bin").write_bytes(b"\x00\xffbytes")
-    assert storage.read_bytes("s3://bucket/dir/a.bin") == b"\x00\xffbytes"
-    assert storage.read_if_exists("s3://bucket/dir/nothing") is None
-    with pytest.raises(ArtifactError, match="s3://bucket/dir/nothing not found"):
-        storage.read_bytes("s3://bucket/dir/nothing")
-    local = storage.localize_dir("s3://bucket/dir", ["a.bin", "nothing"], into=str(tmp_path / "copy"))
+    s3.put("dir/a.bin", b"\x00\xffbytes")
+    assert storage.read_bytes(f"{s3.uri}/dir/a.bin") == b"\x00\xffbytes"
+    assert storage.read_if_exists(f"{s3.uri}/dir/nothing") is None
+    with pytest.raises(ArtifactError, match=f"{s3.uri}/dir/nothing not found"):
+        storage.read_bytes(f"{s3.uri}/dir/nothing")
+    local = storage.localize_dir(f"{s3.uri}/dir", ["a.bin", "nothing"], into=str(tmp_path / "copy"))
     assert sorted(p.name for p in Path(local).iterdir()) == ["a.bin"]  # a missing name is left out
 
 
+def test_remote_writes_are_whole_and_a_missing_bucket_is_named(s3, tmp_path):
+    storage.write_bytes(f"{s3.uri}/w/x.bin", b"\x01" * 10)
+    local = tmp_path / "other-name.txt"
+    local.write_bytes(b"export")
+    storage.upload_file(local, f"{s3.uri}/w/y.jsonl")
+    assert (s3.get("w/x.bin"), s3.get("w/y.jsonl")) == (b"\x01" * 10, b"export")
+    storage.check_bucket(f"{s3.uri}/w/z")
+    with pytest.raises(ArtifactError, match=r"^s3://hbpe-none/x: bucket 'hbpe-none' does not exist .*S3_ENDPOINT_URL"):
+        storage.check_bucket("s3://hbpe-none/x")
+
+
+def test_the_deadline_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv(storage.TIMEOUT_ENV, raising=False)
+    assert storage.default_timeout() == 60.0
+    monkeypatch.setenv(storage.TIMEOUT_ENV, "2.5")
+    assert storage.default_timeout() == 2.5
+    monkeypatch.setenv(storage.TIMEOUT_ENV, "soon")
+    with pytest.raises(ArtifactError, match="^HBPE_STORAGE_TIMEOUT='soon' is not a number of seconds"):
+        storage.default_timeout()
+
+
 def test_tokenizer_loads_from_a_bucket_and_errors_name_the_uri(s3, gpt2_tokenizer, gpt2_tokenizer_dir):
-    shutil.copytree(gpt2_tokenizer_dir, s3 / "tok")
-    assert artifact.load("s3://bucket/tok").fingerprint == gpt2_tokenizer.fingerprint
-    assert artifact.load("s3://bucket/tok/").fingerprint == gpt2_tokenizer.fingerprint
-    (s3 / "tok" / "first_stage.tiktoken").write_bytes(b"")
-    with pytest.raises(ArtifactError, match=r"^s3://bucket/tok/first_stage.tiktoken was altered: its sha256"):
-        artifact.load("s3://bucket/tok")
-    (s3 / "tok" / "first_stage.tiktoken").unlink()
-    with pytest.raises(ArtifactError, match=r"^s3://bucket/tok/first_stage.tiktoken is missing"):
-        artifact.load("s3://bucket/tok")
-    with pytest.raises(ArtifactError, match=r"^s3://bucket/none/tokenizer.json not found: s3://bucket/none is not a"):
-        artifact.load("s3://bucket/none")
+    s3.put_dir(gpt2_tokenizer_dir, "tok")
+    tok = f"{s3.uri}/tok"
+    assert artifact.load(tok).fingerprint == gpt2_tokenizer.fingerprint
+    assert artifact.load(tok + "/").fingerprint == gpt2_tokenizer.fingerprint
+    s3.put("tok/first_stage.tiktoken", b"")
+    with pytest.raises(ArtifactError, match=rf"^{tok}/first_stage.tiktoken was altered: its sha256"):
+        artifact.load(tok)
+    s3.delete("tok/first_stage.tiktoken")
+    with pytest.raises(ArtifactError, match=rf"^{tok}/first_stage.tiktoken is missing"):
+        artifact.load(tok)
+    with pytest.raises(ArtifactError, match=rf"^{s3.uri}/none/tokenizer.json not found: {s3.uri}/none is not a"):
+        artifact.load(f"{s3.uri}/none")
 
 
 def test_one_manifest_reader_for_local_and_remote_shards(s3, sample_shards, gpt2_tokenizer):
     local = sample_shards[1]
-    shutil.copytree(local, s3 / "eval")
-    uri = "s3://bucket/eval"
+    s3.put_dir(local, "eval")
+    uri = f"{s3.uri}/eval"
     manifest = read_manifest(uri)
     assert manifest == read_manifest(local) == ShardDir(local).manifest == data.read_manifest(uri)
+    assert manifest == ShardDir(uri).manifest and ShardDir(uri).index == ShardDir(local).index
     assert data.read_index(uri)[0] == (local / "index.json").read_bytes()
     assert reader.load_shard_tokenizer(uri).fingerprint == gpt2_tokenizer.fingerprint
     # the COMPLETED check holds for a bucket too: streaming would otherwise train on a failed conversion
-    (s3 / "eval" / "COMPLETED").unlink()
+    s3.delete("eval/COMPLETED")
     with pytest.raises(ArtifactError, match=f"^{uri} has no COMPLETED marker: the conversion did not finish"):
         read_manifest(uri)
     with pytest.raises(ArtifactError, match=f"^{uri} has no COMPLETED marker"):
         data.build_dataloader(uri, gpt2_tokenizer, batch_size=2, cache_dir=None, shuffle=False, shuffle_seed=0)
-    (s3 / "eval" / "COMPLETED").write_bytes(b"")
-    (s3 / "eval" / "manifest.json").write_text(json.dumps({"format": "hbpe-shards", "version": 1}))
+    s3.put("eval/COMPLETED", b"")
+    s3.put("eval/manifest.json", json.dumps({"format": "hbpe-shards", "version": 1}).encode())
     with pytest.raises(ArtifactError, match=f"^{uri}/manifest.json: malformed manifest.*restore the file"):
         read_manifest(uri)
-    (s3 / "eval" / "manifest.json").unlink()
+    s3.delete("eval/manifest.json")
     with pytest.raises(ArtifactError, match=f"^{uri}/manifest.json: missing from a completed shard directory"):
         read_manifest(uri)
-    with pytest.raises(ArtifactError, match="^s3://bucket/nothing is not a shard directory.*run `hbpe convert`"):
-        read_manifest("s3://bucket/nothing")
+    with pytest.raises(ArtifactError, match=f"^{s3.uri}/nothing is not a shard directory.*run `hbpe convert`"):
+        read_manifest(f"{s3.uri}/nothing")
 
 
 def test_local_shard_dir_messages(sample_shards, tmp_path):
@@ -222,15 +227,15 @@ for m in pkgutil.iter_modules(hbpe.schemas.__path__):
 heavy = sorted(n for n in ("torch", "apache_beam", "streaming") if n in sys.modules)
 assert not heavy, f"hbpe.schemas imports {heavy}"
 
-from hbpe.pipeline.shards import reader
+from hbpe.pipeline.shards import reader, tools
 from hbpe.pipeline.shards.reader import ShardDir, read_manifest
 from hbpe.pipeline.tokenizer import artifact
 heavy = sorted(n for n in ("torch", "apache_beam", "streaming") if n in sys.modules)
-assert not heavy, f"the tokenizer and the shard reader import {heavy}"
+assert not heavy, f"the tokenizer, the shard reader and the shard tools import {heavy}"
 
 from hbpe.schemas.errors import ArtifactError
 from hbpe.training import data
-for read in (artifact.load, read_manifest, data.read_manifest, reader.load_shard_tokenizer):
+for read in (artifact.load, read_manifest, data.read_manifest, reader.load_shard_tokenizer, ShardDir):
     try:  # the remote code paths too: they once went through Beam's filesystems
         read("s3://bucket/x")
     except ArtifactError:
@@ -238,7 +243,7 @@ for read in (artifact.load, read_manifest, data.read_manifest, reader.load_shard
     else:
         raise AssertionError(read)
 assert "streaming" in sys.modules  # the remote paths did run
-assert "apache_beam" not in sys.modules, "the tokenizer or the trainer's data side imports Beam"
+assert "apache_beam" not in sys.modules, "the tokenizer, the shard tools or the trainer's data side import Beam"
 """
 
 

@@ -206,7 +206,7 @@ def test_malformed_spec_in_the_cli(artifact_dir, case):
         **{k: MALFORMED[k][0] for k in ("S-string", "merge-later-id", "special-list")},
     }
     _edit_and_resign(artifact_dir, edits[case])
-    r = CliRunner().invoke(main, ["tokenizer", "info", str(artifact_dir)])
+    r = CliRunner().invoke(main, ["tokenizer", "info", "--tokenizer", str(artifact_dir)])
     assert r.exit_code == 2, r.output
     assert r.output.startswith(f"error: {artifact_dir / 'tokenizer.json'}: ") and len(r.output.splitlines()) == 1, (
         r.output

@@ -157,7 +157,7 @@ def test_collator_refuses_ids_outside_the_vocabulary(gpt2_tokenizer, column, val
     if column == "patches" and derive:
         Collator(tok, PatchSource(derive=True))(samples)  # derived patches never read the stored ones
         return
-    with pytest.raises(ArtifactError, match=f"shards/: {message}.*hbpe shards verify shards/"):
+    with pytest.raises(ArtifactError, match=f"shards/: {message}.*hbpe shards verify --data shards/"):
         Collator(tok, PatchSource(derive=derive), where="shards/")(samples)
 
 

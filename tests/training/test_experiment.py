@@ -32,8 +32,8 @@ def corpus(tmp_path_factory):
 
 def _run(preset: str, out, corpus, *extra: str):
     train, held = corpus
-    args = ["experiment", preset, *NARROW, *extra, "--out", str(out), "--train-corpus", str(train)]
-    res = CliRunner().invoke(main, [*args, "--eval-corpus", str(held), "--json"])
+    args = ["experiment", preset, *NARROW, *extra, "--out", str(out), "--train-input", str(train)]
+    res = CliRunner().invoke(main, [*args, "--eval-input", str(held), "--json"])
     assert res.exit_code == 0, res.output
     return json.loads(res.stdout)
 
@@ -84,7 +84,7 @@ def test_specs_are_checked_before_anything_runs(tmp_path):
     for name in PRESETS:
         if name not in ("table1-small", "table3-medium"):
             load_spec(name)  # every preset is a valid spec
-    with pytest.raises(ConfigError, match="--train-corpus"):
+    with pytest.raises(ConfigError, match="--train-input"):
         load_spec("table1-small")
     assert load_spec("table1-small", train_corpus=["x.jsonl"]).model_size == "small"
     with pytest.raises(ConfigError, match="unknown experiment keys"):

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from hbpe.pipeline import storage
 from hbpe.schemas.errors import ConfigError
 from hbpe.training.experiments.spec import ExperimentSpec, FirstStageSpec
 
@@ -29,9 +30,9 @@ class StageData:
 def split_corpus(spec: ExperimentSpec, out: Path) -> tuple[list[str], list[str]]:
     """(train files, eval files): the spec's eval corpus, or every `holdout_every`-th document held out."""
     for path in (*spec.train_corpus, *spec.eval_corpus):
-        if "://" not in path and not Path(path).exists():
+        if not storage.is_remote(path) and not Path(path).exists():
             raise ConfigError(
-                f"corpus {path} does not exist; pass --train-corpus/--eval-corpus files (jsonl, jsonl.zst, txt)"
+                f"corpus {path} does not exist; pass --train-input/--eval-input files (jsonl, jsonl.zst, txt)"
             )
     if spec.eval_corpus:
         return list(spec.train_corpus), list(spec.eval_corpus)
@@ -47,7 +48,7 @@ def split_corpus(spec: ExperimentSpec, out: Path) -> tuple[list[str], list[str]]
         if len(texts) < k:
             raise ConfigError(
                 f"the training corpus holds {len(texts)} documents: holding out every {k}th needs at least {k}; "
-                f"pass --eval-corpus, or holdout_every={max(len(texts), 2)}"
+                f"pass --eval-input, or holdout_every={max(len(texts), 2)}"
             )
         folder.mkdir(parents=True, exist_ok=True)
         for path, keep in ((train, lambda i: i % k != k - 1), (held, lambda i: i % k == k - 1)):

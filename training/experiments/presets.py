@@ -128,7 +128,7 @@ def s_ablation_mini(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...])
 def _paper(name: str, size: str, lr: float, description: str) -> Callable[..., ExperimentSpec]:
     def build(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
         if not train_corpus:
-            raise ConfigError(f"{name} is the paper's scale: pass --train-corpus (e.g. SlimPajama jsonl.zst files)")
+            raise ConfigError(f"{name} is the paper's scale: pass --train-input (e.g. SlimPajama jsonl.zst files)")
         return ExperimentSpec(
             name=name,
             description=description,
