@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 import click
 
 from hbpe.schemas.errors import ConfigError, HbpeError, debug_traceback, internal_error_line, one_line, os_problem
+from hbpe.schemas.locations import check_location, is_uri
 
 log = logging.getLogger("hbpe.cli")
 
@@ -53,6 +54,7 @@ class _Command(click.Command):
 
     def invoke(self, ctx: click.Context) -> Any:
         log.debug("%s %s", ctx.command_path, " ".join(f"{k}={v!r}" for k, v in ctx.params.items()))
+        check_locations(ctx)
         return super().invoke(ctx)
 
 
@@ -157,9 +159,20 @@ def say(line: str) -> None:
 # --------------------------------------------------------------------------- paths
 
 
-def is_uri(value: str) -> bool:
-    """gs://..., s3://...: a location the library resolves (object stores); anything else is a local path."""
-    return "://" in value
+# the options that name a place to read or write: each value is checked for a misspelt URI (gs:/b, S3://b, gcs://b)
+LOCATION_FLAGS = ("--out", "--data", "--tokenizer", "--checkpoint", "--input", "--train-input", "--eval-input")
+
+
+def check_locations(ctx: click.Context) -> None:
+    """A misspelt or unsupported URI in any location option is one `error:` line before the command runs."""
+    for param in ctx.command.params:
+        flag = next((o for o in param.opts if o in LOCATION_FLAGS), None)
+        value = ctx.params.get(param.name)
+        if flag is None or value is None:
+            continue
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, str) and v:  # encode/decode's --input is an open file
+                check_location(v, where=f"{flag} {v}")
 
 
 def check_local_paths(flag: str, values: str | Iterable[str]) -> None:

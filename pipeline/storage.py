@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hbpe.schemas.errors import ArtifactError
+from hbpe.schemas.locations import is_uri
 
 TIMEOUT_ENV = "HBPE_STORAGE_TIMEOUT"
 DEFAULT_TIMEOUT = 60.0  # seconds for one small file or call: a slower one is a stuck one
@@ -67,7 +68,7 @@ def store_hint(uri: str | os.PathLike) -> str:
 
 def is_remote(path: str | os.PathLike) -> bool:
     """True for a URI with a scheme (s3://bucket/x), False for a local path."""
-    return "://" in str(path)
+    return is_uri(str(path))
 
 
 def join(base: str | os.PathLike, name: str) -> str:
@@ -175,7 +176,7 @@ T = TypeVar("T")
 MIN_RATE = 1 << 20  # bytes/s: a transfer slower than this (after DEFAULT_TIMEOUT) is a stuck one
 
 
-def list_dir(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT) -> list[str]:
+def list_dir(path: str | os.PathLike, *, timeout: float | None = None) -> list[str]:
     """Every file under directory `path`, as sorted `/`-separated names relative to it ([] when absent).
 
     >>> import tempfile; d = tempfile.mkdtemp(); os.makedirs(f"{d}/tokenizer"); open(f"{d}/tokenizer/a.json", "w").close()
@@ -193,7 +194,7 @@ def list_dir(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT) -> li
     return sorted(k[len(prefix) :] for k in keys if k.startswith(prefix) and not k.endswith("/"))
 
 
-def write_bytes(path: str | os.PathLike, data: bytes, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+def write_bytes(path: str | os.PathLike, data: bytes, *, timeout: float | None = None) -> None:
     """`data` as the local file or object `path`: complete or absent (temp file, rename; an upload is whole)."""
     if not is_remote(path):
         target = Path(path)
@@ -209,19 +210,20 @@ def write_bytes(path: str | os.PathLike, data: bytes, *, timeout: float = DEFAUL
         _upload_files(tmp, parent, [name], timeout=timeout)
 
 
-def upload_dir(local: str | os.PathLike, remote: str, *, timeout: float = DEFAULT_TIMEOUT) -> list[str]:
+def upload_dir(local: str | os.PathLike, remote: str, *, timeout: float | None = None) -> list[str]:
     """Every file under local directory `local` to the same names under URI `remote` -> the names uploaded."""
     names = list_dir(local)
     _upload_files(str(local), remote.rstrip("/"), names, timeout=timeout)
     return names
 
 
-def download_dir(remote: str, local: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT) -> list[str]:
+def download_dir(remote: str, local: str | os.PathLike, *, timeout: float | None = None) -> list[str]:
     """Every object under URI `remote` to the same names under `local` -> the names downloaded.
 
     A large object gets more time than `timeout`: its size is not known before the download,
     so the deadline is the larger of `timeout` and 10 minutes for anything but small files.
     """
+    timeout = default_timeout() if timeout is None else timeout
     names = list_dir(remote, timeout=timeout)
     for name in names:
         _download(join(remote, name), os.path.join(str(local), *name.split("/")), max(timeout, 600.0))
@@ -255,22 +257,24 @@ def _uploader(remote: str, local: str) -> Any:
         quiet.setLevel(level)
 
 
-def _upload_files(local: str, remote: str, names: list[str], *, timeout: float) -> None:
+def _upload_files(local: str, remote: str, names: list[str], *, timeout: float | None) -> None:
     if not names:
         return
+    timeout = default_timeout() if timeout is None else timeout
     uploader = with_deadline(lambda: _uploader(remote, local), f"cannot write to {remote}", timeout)
     for name in names:
         deadline = timeout + os.path.getsize(os.path.join(local, name)) / MIN_RATE
         with_deadline(lambda n=name: uploader.upload_file(n), f"cannot write {join(remote, name)}", deadline)
 
 
-def with_deadline(work: Callable[[], T], what: str, timeout: float, *, uri: str | None = None) -> T:
+def with_deadline(work: Callable[[], T], what: str, timeout: float | None, *, uri: str | None = None) -> T:
     """`work()` in a daemon thread, waited for `timeout` s; its failure (or the wait) as one ArtifactError naming `what`.
 
     The stores' clients retry an unreachable endpoint for minutes and their timeouts bound
     one read, not the retries: the deadline does; a daemon thread cannot keep the process
     alive after the error is raised. `uri` picks the store whose variables the message names.
     """
+    timeout = default_timeout() if timeout is None else timeout
     result: dict[str, Any] = {}
 
     def run() -> None:
@@ -299,7 +303,7 @@ def with_deadline(work: Callable[[], T], what: str, timeout: float, *, uri: str 
 _with_deadline = with_deadline  # the name the writers above were first written with
 
 
-def upload_file(local: str | os.PathLike, uri: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+def upload_file(local: str | os.PathLike, uri: str, *, timeout: float | None = None) -> None:
     """Local file `local` as object `uri` (any name: the file is linked or copied beside it under that name)."""
     parent, _, name = uri.rpartition("/")
     with tempfile.TemporaryDirectory(prefix="hbpe-storage-") as tmp:

@@ -21,6 +21,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dat
 from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
 
 from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.locations import STREAMING_SCHEMES
 
 # model.io: the paper's model and its baselines, all trained from the same shards (training/schemes.py)
 IO_SCHEMES = ("hierarchical", "bpe", "bytes", "space", "entropy")
@@ -37,7 +38,7 @@ PRECISIONS = ("auto", "fp32", "amp_fp16", "amp_bf16")
 DEVICES = ("auto", "cpu", "gpu", "mps")
 # URI schemes mosaicml-streaming can read shards from (streaming.base.storage.download.DOWNLOADER_MAPPINGS);
 # `file://` is a local path and is read as one
-URI_SCHEMES = ("s3", "gs", "oci", "azure", "azure-dl", "hf", "dbfs", "sftp", "alipan")
+URI_SCHEMES = STREAMING_SCHEMES
 # URI schemes a save_folder may be in: Composer uploads the checkpoints there (its RemoteUploader's
 # backends: s3, gs, oci, sftp, libcloud, dbfs) and hbpe the run files (streaming's uploaders, as above)
 SAVE_FOLDER_SCHEMES = ("s3", "gs", "oci")
@@ -252,21 +253,10 @@ def _check_time(key: str, value: Any, example: str, *, zero_ok: bool = False, fr
 
 
 def _local_or_uri(key: str, value: str | None, schemes: tuple[str, ...] = URI_SCHEMES) -> str | None:
-    """A shard/tokenizer location: `file:///x` -> `/x`; a URI of a scheme streaming cannot read is refused.
+    """A shard/tokenizer location: `file:///x` -> `/x`; a misspelt URI, or one of a scheme streaming cannot read, is refused."""
+    from hbpe.schemas.locations import check_location
 
-    (`"://" in value` is hbpe.pipeline.storage.is_remote's test; schemas import no pipeline code.)
-    """
-    if not value or "://" not in value:
-        return value
-    scheme = value.split("://", 1)[0].lower()
-    if scheme == "file":
-        return value[len("file://") :] or "/"
-    if scheme not in schemes:
-        raise ConfigError(
-            f"{key}={value}: unsupported URI scheme {scheme}://; use a local path or one of "
-            f"{', '.join(s + '://' for s in schemes)}"
-        )
-    return value
+    return check_location(value, where=f"{key}={value}", schemes=schemes) if value else value
 
 
 def _time_unit(value: str, max_unit: str) -> str:

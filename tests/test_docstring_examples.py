@@ -20,6 +20,9 @@ import pytest
         "hbpe.training.export",
         "hbpe.training.devices",
         "hbpe.schemas.manifest",
+        "hbpe.schemas.locations",
+        "hbpe.pipeline.storage",
+        "hbpe.pipeline.beam.stores",
     ],
 )
 def test_docstring_examples(module, gpt2_tokenizer):

@@ -61,12 +61,19 @@ def check_save_folder(cfg: TrainConfig) -> None:
     check_save_folder_is_not_data(cfg, names)
     if cfg.autoresume or cfg.save_overwrite:
         return
-    previous = sorted(n for n in names if n == RUN_FILE or n.endswith(".pt") or n.endswith(".pt" + SYMLINK))
-    if previous:
+    checkpoints = sorted(
+        n for n in names if n.endswith(".pt") or n.endswith(".pt" + SYMLINK) or _SHARDED_CHECKPOINT.fullmatch(n)
+    )
+    if checkpoints:
+        previous = sorted({*checkpoints[:3], *(names & {RUN_FILE})})
         raise ConfigError(
-            f"save_folder {cfg.save_folder} already holds a run ({', '.join(previous[:3])}); pass autoresume=true to "
+            f"save_folder {cfg.save_folder} already holds a run ({', '.join(previous)}); pass autoresume=true to "
             "continue it, save_overwrite=true to replace it, or choose another save_folder"
         )
+    if RUN_FILE in names:
+        # a run that stopped before its first checkpoint (bad shards, Ctrl-C): nothing to keep or resume,
+        # so a plain rerun takes the folder and rewrites its run files
+        log.warning("save_folder %s holds %s but no checkpoint: replacing that run's files", cfg.save_folder, RUN_FILE)
 
 
 def _overlap(folder: str, data: str) -> str | None:

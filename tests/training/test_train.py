@@ -181,6 +181,22 @@ def test_deriving_another_patch_size_is_said_not_silent(sample_shards, tmp_path,
     )
 
 
+def test_a_run_that_stopped_before_its_first_checkpoint_does_not_block_a_rerun(sample_shards, tmp_path, caplog):
+    """Run files without a checkpoint (the run failed at its first batch) hold nothing to resume or keep."""
+    from hbpe.schemas.errors import ConfigError
+    from hbpe.training.save_folder import check_save_folder
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "hbpe_run.json").write_text("{}")
+    with caplog.at_level("WARNING", logger="hbpe"):
+        check_save_folder(_cfg(sample_shards, folder))
+    assert "no checkpoint: replacing that run's files" in caplog.text
+    (folder / "ep0-ba2").mkdir()  # a sharded checkpoint's folder counts as a checkpoint too
+    with pytest.raises(ConfigError, match=r"already holds a run \(ep0-ba2, hbpe_run.json\)"):
+        check_save_folder(_cfg(sample_shards, folder))
+
+
 def test_a_save_folder_holding_a_run_is_refused_unless_resumed_or_replaced(sample_shards, tmp_path):
     from hbpe.schemas.errors import ConfigError
 

@@ -1,0 +1,63 @@
+"""Where data lives: a local path, or a URI of an object store; and the usual ways of misspelling one.
+
+Shared by the config schema (save_folder, data paths) and the CLI (every path option), so a
+misspelt URI is the same one-line error everywhere, before any client is built: `gs:/b/x` (one
+slash: as written, a local folder named `gs:`, which Composer and Beam would each read
+differently), `S3://b` (schemes are lower case to every client) and `gcs://b` (no such store).
+schemas imports no pipeline code: `is_uri` is also hbpe.pipeline.storage.is_remote's test.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from hbpe.schemas.errors import ConfigError
+
+# what streaming reads (its downloaders) and what Composer saves to: training's locations
+STREAMING_SCHEMES = ("s3", "gs", "oci", "azure", "azure-dl", "hf", "dbfs", "sftp", "alipan")
+# what Beam's filesystems read and write besides: conversion's locations
+BEAM_SCHEMES = ("s3", "gs", "hdfs", "azfs")
+KNOWN_SCHEMES = tuple(sorted(set(STREAMING_SCHEMES) | set(BEAM_SCHEMES)))
+
+_ONE_SLASH = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
+
+
+def is_uri(value: str) -> bool:
+    """s3://bucket/x and the like: a location a store's client resolves; anything else is a local path."""
+    return "://" in str(value)
+
+
+def check_location(value: str, *, where: str, schemes: tuple[str, ...] = KNOWN_SCHEMES) -> str:
+    """`value` itself (`file:///x` as `/x`); ConfigError, prefixed by `where`, for a misspelt or unsupported URI.
+
+    >>> check_location("s3://b/x", where="--out"), check_location("runs/a", where="--out")
+    ('s3://b/x', 'runs/a')
+    >>> check_location("file:///tmp/x", where="--out")
+    '/tmp/x'
+    >>> check_location("gs:/b/x", where="--out gs:/b/x")
+    Traceback (most recent call last):
+    hbpe.schemas.errors.ConfigError: --out gs:/b/x: a URI takes two slashes after its scheme: gs://b/x (as written it is a local folder named 'gs:')
+    """
+    one_slash = _ONE_SLASH.match(value)
+    if one_slash and one_slash.group(1).lower() in (*KNOWN_SCHEMES, "file"):
+        fixed = f"{one_slash.group(1).lower()}://{value[one_slash.end() :]}"
+        raise ConfigError(
+            f"{where}: a URI takes two slashes after its scheme: {fixed} (as written it is a local folder "
+            f"named '{one_slash.group(1)}:')"
+        )
+    if not is_uri(value):
+        return value
+    scheme = value.split("://", 1)[0]
+    if scheme.lower() == "file":
+        return value[len("file://") :] or "/"
+    if scheme != scheme.lower() and scheme.lower() in schemes:
+        raise ConfigError(f"{where}: write the scheme in lower case: {scheme.lower()}://{value.split('://', 1)[1]}")
+    if scheme not in schemes:
+        close = difflib.get_close_matches(scheme.lower(), schemes, n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]}://? " if close else ""
+        raise ConfigError(
+            f"{where}: unsupported URI scheme {scheme}://; {hint}use a local path or one of "
+            f"{', '.join(s + '://' for s in schemes)}"
+        )
+    return value
