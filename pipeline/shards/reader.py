@@ -94,6 +94,8 @@ def read_manifest(shards: str | os.PathLike) -> Manifest:
         # only on failure: was it a conversion at all? (two more reads, remote ones included)
         ipath = storage.join(shards, shard_columns.INDEX_FILENAME)
         if storage.read_if_exists(mpath) is None and storage.read_if_exists(ipath) is None:
+            if storage.is_remote(shards):
+                storage.check_bucket(shards)  # a missing bucket is named as such, not as "no index.json"
             raise ArtifactError(
                 f"{shards} is not a shard directory (no index.json or manifest.json); run `hbpe convert` first"
             )

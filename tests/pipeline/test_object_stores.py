@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from hbpe.cli import main
 from hbpe.pipeline.beam.convert import run_convert
 from hbpe.pipeline.beam.stores import _listing_pattern, filesystem_options, store_args
-from hbpe.pipeline.shards.reader import ShardDir
+from hbpe.pipeline.shards.reader import ShardDir, read_manifest
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ArtifactError, HbpeError
 from tests.conftest import IN_MEMORY_BEAM, SAMPLE_EN
@@ -306,3 +306,6 @@ def test_a_missing_bucket_is_named(object_store, bucket_data, local_run):
     assert f"error: the output {missing}/out: bucket 'hbpe-no-such-bucket' does not exist" in out
     out = hbpe("shards", "export-text", "--data", str(local_run), "--out", f"{missing}/x.jsonl", code=2)
     assert f"error: {missing}/x.jsonl: bucket 'hbpe-no-such-bucket' does not exist" in out
+    # shards to read from a missing bucket: named as such, not as a prefix without index.json
+    with pytest.raises(ArtifactError, match="bucket 'hbpe-no-such-bucket' does not exist"):
+        read_manifest(f"{missing}/shards")
