@@ -155,8 +155,10 @@ def _train_on_processes(
 
 def _render_train(r: dict[str, Any]) -> str:
     ev = r["eval"]
+    start = r.get("resumed_at_batch", 0)
+    done = f"resumed at batch {start}, trained to batch {r['batches']}" if start else f"trained {r['batches']} batches"
     return (
-        f"trained {r['batches']} batches in {r['wall_s']:.1f}s on {r['device']} ({r['params'] / 1e6:.2f}M params, {r['precision']}); "
+        f"{done} in {r['wall_s']:.1f}s on {r['device']} ({r['params'] / 1e6:.2f}M params, {r['precision']}); "
         f"{r['throughput']['bytes_per_sec'] / 1e3:.1f} KB/s, {r['throughput']['patches_per_sec']:.0f} patches/s"
         + (f"; eval BPB {ev['BitsPerByte']:.4f}" if ev else "")
         + f"\ncheckpoints: {r['save_folder']}"

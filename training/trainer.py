@@ -479,6 +479,9 @@ def build_run(
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     run = build_run(cfg)
+    resumed_at = int(run.trainer.state.timestamp.batch)  # Composer loads a resumed checkpoint in Trainer()
+    if resumed_at:
+        log.info("resuming at batch %d", resumed_at)
     t = time.perf_counter()
     run.trainer.fit()
     wall = time.perf_counter() - t
@@ -490,5 +493,6 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         "eval": metrics,
         "throughput": run.meter.summary(),
         "save_folder": cfg.save_folder,
-        "batches": int(run.trainer.state.timestamp.batch),
+        "batches": int(run.trainer.state.timestamp.batch),  # the run's total, a resumed session's included
+        "resumed_at_batch": resumed_at,
     }

@@ -66,7 +66,10 @@ def test_autoresume_equals_uninterrupted(sample_shards, tmp_path):
     run.trainer.close()
     assert (tmp_path / "cut" / "ep0-ba4-rank0.pt").exists() and not (tmp_path / "cut" / "ep0-ba8-rank0.pt").exists()
     resumed = train(cfg)  # autoresume picks up ep0-ba4 and finishes
-    assert resumed["batches"] == 8
+    assert (resumed["resumed_at_batch"], resumed["batches"]) == (4, 8)
+    from hbpe.cli_train import _render_train
+
+    assert _render_train(resumed).startswith("resumed at batch 4, trained to batch 8 in ")
 
     full_w, full_ts = _weights(tmp_path / "full")
     cut_w, cut_ts = _weights(tmp_path / "cut")
