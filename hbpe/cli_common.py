@@ -133,6 +133,9 @@ def set_verbosity(ctx: click.Context, *, verbose: bool, quiet: bool) -> None:
     root = logging.getLogger("hbpe")
     root.removeHandler(_HANDLER)
     root.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.NOTSET)
+    # with -v the records go to our handler only: Beam configures the root logger (basicConfig) when
+    # imported, and a propagated record would be printed twice
+    root.propagate = not verbose
     if verbose:
         root.addHandler(_HANDLER)
     ctx.meta[_QUIET], ctx.meta[_VERBOSE] = quiet, verbose
