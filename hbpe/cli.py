@@ -89,7 +89,11 @@ def demo(out: str, as_json: bool) -> None:
 
 # --------------------------------------------------------------------------- tokenizer
 
-_INPUT_FILES_HELP = "Corpus file: jsonl, jsonl.zst, txt, parquet (repeatable)."
+# what `convert --input` takes, read the same way (pipeline/corpus/files.py's resolve_inputs)
+_INPUT_FILES_HELP = (
+    "Corpus file, directory, glob (quoted: 'DIR/*.jsonl') or URI (repeatable): jsonl, txt, parquet, "
+    "optionally .gz/.zst/.bz2."
+)
 _TOKENIZER_HELP = "Tokenizer directory from `hbpe tokenizer train`."
 
 
@@ -104,7 +108,9 @@ def tokenizer() -> None:
 
 
 @tokenizer.command("train")
-@click.option("--encoding", required=True, help="tiktoken name (gpt2, cl100k_base, ...) or a .tiktoken rank file.")
+@click.option(
+    "--encoding", required=True, help="tiktoken name (gpt2, cl100k_base, ...) or a .tiktoken rank file (path or URI)."
+)
 @click.option(
     "--pattern",
     default=None,
@@ -118,7 +124,7 @@ def tokenizer() -> None:
     default="full",
     help="How merges apply to a patch: full (every merge, in rank order) or minimal (stop once it fits S).",
 )
-@click.option("--out", required=True, help="The tokenizer directory to write.")
+@click.option("--out", required=True, help="The tokenizer directory to write (or a gs:// / s3:// prefix).")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier tokenizer in --out (nothing else).")
 @json_option()
 def tokenizer_train(
@@ -135,6 +141,7 @@ def tokenizer_train(
     from hbpe.pipeline.tokenizer import artifact
 
     _check_pattern(pattern)
+    artifact.check_out(out, overwrite=overwrite)  # a refused --out (or a missing bucket) costs no training
     t = time.perf_counter()
     tok = artifact.train_tokenizer(encoding, max_patch_size=max_patch_size, mode=mode, pattern=pattern)
     artifact.save(tok, out, overwrite=overwrite)
@@ -169,7 +176,11 @@ def tokenizer_train(
     default="hf",
     help="hf: HuggingFace tokenizers' Rust trainer; hbpe: the in-house Python one. Same ranks.",
 )
-@click.option("--out", required=True, help="The .tiktoken rank file to write (a .json sidecar is written beside it).")
+@click.option(
+    "--out",
+    required=True,
+    help="The .tiktoken rank file to write, a path or URI (a .json sidecar is written beside it).",
+)
 @json_option()
 def tokenizer_train_bpe(
     inputs: tuple[str, ...],
@@ -186,11 +197,17 @@ def tokenizer_train_bpe(
     Example:
       hbpe tokenizer train-bpe --input data/sample/zh-kernel-docs-sample.jsonl.zst --vocab-size 600 --out /tmp/zh.tiktoken
     """
-    from hbpe.pipeline.tokenizer.first_stage_train import count_pretokens, train_first_stage, write_encoding
+    from hbpe.pipeline.tokenizer.first_stage_train import (
+        check_out,
+        count_pretokens,
+        train_first_stage,
+        write_encoding,
+    )
     from hbpe.pipeline.tokenizer.stats import read_texts
 
     _check_pattern(pattern)
     check_local_paths("--input", inputs)
+    check_out(out)  # a missing bucket is one error before any reading or training
     texts, _ = read_texts(inputs)
     words = count_pretokens(texts, pattern)
     ranks = train_first_stage(words, vocab_size, min_count=min_count, trainer=first_stage_trainer)

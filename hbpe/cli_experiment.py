@@ -32,11 +32,12 @@ def flops_cmd(
       hbpe flops small data.train=runs/demo/shards-train --bytes 8192
     """
     from hbpe.training.config_io import load_config
-    from hbpe.training.scheme_stats import flops_table, render_table1
+    from hbpe.training.scheme_stats import flops_table, render_table1, with_measured_data
     from hbpe.training.trainer import resolve_tokenizer
 
-    cfg = load_config(config, list(overrides))
-    shards = data or cfg.data.train_sources[0]  # with data.streams: the first stream
+    cfg = load_config(config, list(overrides), check_paths=False)
+    cfg = with_measured_data(cfg, data)  # --data replaces the config's data paths (checked after)
+    shards = cfg.data.train_sources[0]  # with data.streams: the first stream
     tok, _ = resolve_tokenizer(cfg)
     rows = flops_table(cfg.model_config, tok, shards, input_bytes=input_bytes, samples=samples)
     _emit(rows, as_json, lambda rs: f"forward pass on {input_bytes} bytes of {shards}\n" + render_table1(rs))

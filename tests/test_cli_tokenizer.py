@@ -48,3 +48,15 @@ def test_stats_and_bench(gpt2_tokenizer_dir):
     r = run("bench", "tokenizer", "--tokenizer", gpt2_tokenizer_dir, "--input", SAMPLE_EN, "--repeat", 1, "--json")
     b = json.loads(r.output)
     assert b["merges"] == 211 and b["mb_per_s"]["hbpe_encode"] > 0 and b["ratio_batch"] > 0
+
+
+def test_flops_with_data_runs_outside_the_repo_root(sample_shards, tmp_path, monkeypatch):
+    """`--data` replaces the config's data paths: tiny.yaml's relative runs/demo/... need not exist here."""
+    monkeypatch.chdir(tmp_path)
+    train_dir, _ = sample_shards
+    r = run("flops", "tiny", "--data", train_dir, "--samples", 4, "--bytes", 1024, "--json")
+    assert r.exit_code == 0, r.output
+    rows = {row["io"]: row for row in json.loads(r.output)}
+    assert rows.keys() >= {"bpe", "bytes"} and rows["bytes"]["bytes_per_patch"] == 1.0
+    r = run("flops", "tiny", "--data", tmp_path / "missing", "--samples", 4)
+    assert r.exit_code == 2 and f"data.train path {tmp_path / 'missing'} does not exist" in r.output

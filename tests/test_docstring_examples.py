@@ -23,6 +23,7 @@ import pytest
         "hbpe.schemas.locations",
         "hbpe.pipeline.storage",
         "hbpe.pipeline.beam.stores",
+        "hbpe.pipeline.tokenizer.first_stage_train",
     ],
 )
 def test_docstring_examples(module, gpt2_tokenizer):

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from hbpe.schemas.symbols import EOD, PAD
-from hbpe.schemas.train_config import EMBEDDING_IOS, ModelConfig
+from hbpe.schemas.train_config import EMBEDDING_IOS, ModelConfig, TrainConfig
 from hbpe.training.byte_patching import sample_units
 from hbpe.training.flops import paper_forward_flops
 from hbpe.training.model import VocabSpec, build_model, parameter_counts
@@ -168,6 +168,23 @@ def scheme_variants(base: ModelConfig) -> list[ModelConfig]:
     if base.entropy_model and (base.entropy_threshold is not None or base.entropy_target_bytes is not None):
         out += [dataclasses.replace(base, io="entropy", entropy_bounded=b) for b in (True, False)]
     return out
+
+
+def with_measured_data(cfg: TrainConfig, data: str | None) -> TrainConfig:
+    """`cfg` measured on shards `data` (`hbpe flops --data`) instead of its own; then its local paths checked.
+
+    `flops` reads one shard directory and nothing else of the config's data, so with `data` the
+    config's data.train, data.eval and data.streams are dropped rather than required to exist:
+    a shipped config's relative `runs/demo/...` paths exist only in the repo root.
+    """
+    import dataclasses
+
+    from hbpe.training.config_io import check_local
+
+    if data:
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, train=data, eval=None, streams=None))
+    check_local(cfg)  # --data (or data.train) exists, data.tokenizer too when set
+    return cfg
 
 
 def flops_table(

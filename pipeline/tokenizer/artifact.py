@@ -64,29 +64,28 @@ def with_patch_size(tok: HierarchicalTokenizer, *, max_patch_size: int, mode: st
     return train_tokenizer(tok.encoding, max_patch_size=max_patch_size, mode=mode)
 
 
-def save(tok: HierarchicalTokenizer, out_dir: str | os.PathLike, *, overwrite: bool = False) -> Path:
+def check_out(out_dir: str | os.PathLike, *, overwrite: bool = False, timeout: float | None = None) -> None:
+    """The checks `save` makes of `out_dir`, for a caller to make before training: a refusal costs no work.
+
+    For a URI: its bucket exists, and the prefix holds nothing or (with `overwrite`) a tokenizer.
+    """
+    if storage.is_remote(out_dir):
+        _check_remote_out(str(out_dir), overwrite=overwrite, timeout=timeout)
+    else:
+        _check_local_out(out_dir, overwrite=overwrite)
+
+
+def save(tok: HierarchicalTokenizer, out_dir: str | os.PathLike, *, overwrite: bool = False) -> Path | str:
     """Write the artifact directory atomically: built in a sibling temp dir, then renamed into place.
 
     An existing non-empty `out_dir` is replaced only with `overwrite=True`, and only when it is a
     tokenizer directory (tokenizer.json and the rank file it names): a folder holding anything
     else is refused, never deleted, so `--out .` or `--out ~/data` cannot wipe the user's files.
+    A URI (s3://, gs://, ...) is built locally and uploaded: see `_save_remote`.
     """
-    # resolved first: '.' has the name "" and the parent '.', which put the temp dir inside the output
-    out = Path(out_dir).resolve()
-    if out.parent == out:
-        raise ArtifactError(f"{out_dir} is a filesystem root: give a new or empty directory for the tokenizer")
-    if out.exists() and not out.is_dir():
-        raise ArtifactError(f"{out_dir} is a file, not a directory: give a new or empty directory for the tokenizer")
-    names = sorted(p.name for p in out.iterdir()) if out.exists() else []
-    foreign = [n for n in names if n not in _artifact_names(out)]
-    if foreign:
-        listed = ", ".join(foreign[:5]) + (f" ... ({len(foreign)} in all)" if len(foreign) > 5 else "")
-        raise ArtifactError(
-            f"{out_dir} holds files hbpe did not write: {listed}; overwriting only replaces a tokenizer directory "
-            "(tokenizer.json and its rank file): choose a new or empty directory, or move those files away"
-        )
-    if names and not overwrite:
-        raise ArtifactError(f"{out_dir} already holds a tokenizer; pass --overwrite to replace it")
+    if storage.is_remote(out_dir):
+        return _save_remote(tok, str(out_dir), overwrite=overwrite)
+    out = _check_local_out(out_dir, overwrite=overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     old = None
@@ -109,13 +108,78 @@ def save(tok: HierarchicalTokenizer, out_dir: str | os.PathLike, *, overwrite: b
     return Path(out_dir)  # as the caller spelled it (the demo prints it beside its other relative paths)
 
 
+def _check_local_out(out_dir: str | os.PathLike, *, overwrite: bool) -> Path:
+    """`out_dir` resolved, when it may take the tokenizer; ArtifactError naming it otherwise."""
+    # resolved first: '.' has the name "" and the parent '.', which put the temp dir inside the output
+    out = Path(out_dir).resolve()
+    if out.parent == out:
+        raise ArtifactError(f"{out_dir} is a filesystem root: give a new or empty directory for the tokenizer")
+    if out.exists() and not out.is_dir():
+        raise ArtifactError(f"{out_dir} is a file, not a directory: give a new or empty directory for the tokenizer")
+    names = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    _refuse_unless_replaceable(out_dir, names, _artifact_names(out), overwrite=overwrite)
+    return out
+
+
+def _refuse_unless_replaceable(
+    out_dir: str | os.PathLike, names: list[str], artifact_names: set[str], *, overwrite: bool
+) -> None:
+    """Refuse a destination holding anything but a tokenizer, and a tokenizer without `overwrite`."""
+    foreign = [n for n in names if n not in artifact_names]
+    if foreign:
+        listed = ", ".join(foreign[:5]) + (f" ... ({len(foreign)} in all)" if len(foreign) > 5 else "")
+        raise ArtifactError(
+            f"{out_dir} holds files hbpe did not write: {listed}; overwriting only replaces a tokenizer directory "
+            "(tokenizer.json and its rank file): choose a new or empty directory, or move those files away"
+        )
+    if names and not overwrite:
+        raise ArtifactError(f"{out_dir} already holds a tokenizer; pass --overwrite to replace it")
+
+
+def _check_remote_out(uri: str, *, overwrite: bool, timeout: float | None) -> None:
+    """A bucket prefix may take the tokenizer: the bucket exists, and the prefix is empty or a tokenizer."""
+    timeout = storage.default_timeout() if timeout is None else timeout
+    storage.check_bucket(uri, timeout=timeout)
+    names = storage.list_dir(uri, timeout=timeout)
+    artifact_names = {SPEC_FILENAME, RANK_FILENAME}
+    if SPEC_FILENAME in names:  # the rank file an earlier tokenizer.json names is one of its files too
+        spec = storage.read_if_exists(storage.join(uri, SPEC_FILENAME), timeout=timeout)
+        artifact_names |= _names_in_spec(spec or b"")
+    _refuse_unless_replaceable(uri, names, artifact_names, overwrite=overwrite)
+
+
+def _save_remote(tok: HierarchicalTokenizer, uri: str, *, overwrite: bool) -> str:
+    """Build the artifact in a local temporary directory, then upload it under the prefix `uri`.
+
+    An object store has no rename, so the rank file goes first and tokenizer.json last: a prefix
+    holding tokenizer.json holds a whole artifact. `overwrite` replaces the objects of the same
+    names (while the rank file is replaced, a reader of the old tokenizer.json sees a hash mismatch,
+    an error, never a wrong tokenizer).
+    """
+    timeout = storage.default_timeout()
+    _check_remote_out(uri, overwrite=overwrite, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="hbpe-tokenizer-") as tmp:
+        local = Path(save(tok, Path(tmp, "tokenizer")))
+        for name in (RANK_FILENAME, SPEC_FILENAME):
+            storage.upload_file(local / name, storage.join(uri, name), timeout=timeout)
+    return uri
+
+
 def _artifact_names(path: Path) -> set[str]:
     """The names an hbpe tokenizer directory holds: tokenizer.json and the rank file it names."""
-    names = {SPEC_FILENAME, RANK_FILENAME}
-    # no or unreadable tokenizer.json: the default rank file name only
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        names.add(json.loads((path / SPEC_FILENAME).read_text())["first_stage"]["rank_file"])
-    return {n for n in names if isinstance(n, str)}
+    try:
+        spec = (path / SPEC_FILENAME).read_bytes()
+    except OSError:
+        spec = b""
+    return {SPEC_FILENAME, RANK_FILENAME} | _names_in_spec(spec)
+
+
+def _names_in_spec(spec: bytes) -> set[str]:
+    """The rank file a tokenizer.json names ({} when it is unreadable: the default rank file name only)."""
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        name = json.loads(spec)["first_stage"]["rank_file"]
+        return {name} if isinstance(name, str) else set()
+    return set()
 
 
 def load_spec(path: str | os.PathLike) -> TokenizerSpec:

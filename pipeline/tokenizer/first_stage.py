@@ -11,10 +11,12 @@ from __future__ import annotations
 import base64
 import json
 import os
-from pathlib import Path
+import tempfile
+from pathlib import Path, PurePosixPath
 
 import tiktoken
 
+from hbpe.pipeline import storage
 from hbpe.schemas.errors import EncodingUnavailableError
 
 NAMED_ENCODINGS = ("gpt2", "r50k_base", "p50k_base", "cl100k_base", "o200k_base")
@@ -154,10 +156,25 @@ def vocabulary_tokens(enc: tiktoken.Encoding) -> list[tuple[int, bytes]]:
     return sorted(((rank, tok) for tok, rank in enc._mergeable_ranks.items()))
 
 
+def load_remote_rank_file(uri: str, *, pattern: str | None = None) -> tiktoken.Encoding:
+    """`load_rank_file` of a rank file in a bucket: it and its sidecar `NAME.json` (when there) are
+    downloaded into a temporary directory first; errors name the URI, not the copy."""
+    parent, _, name = uri.rpartition("/")
+    sidecar = PurePosixPath(name).with_suffix(".json").name if name else ""
+    with tempfile.TemporaryDirectory(prefix="hbpe-encoding-") as tmp:
+        storage.localize_dir(parent, [n for n in dict.fromkeys((name, sidecar)) if n], into=tmp)
+        try:
+            return load_rank_file(os.path.join(tmp, name), pattern=pattern)
+        except EncodingUnavailableError as e:
+            raise EncodingUnavailableError(str(e).replace(tmp, parent)) from None
+
+
 def load_encoding(spec: str, *, pattern: str | None = None) -> tiktoken.Encoding:
-    """`spec` is a named encoding or a path to a `.tiktoken` rank file."""
+    """`spec` is a named encoding or a path or URI (s3://, gs://, ...) of a `.tiktoken` rank file."""
     if spec in NAMED_ENCODINGS:
         return load_named(spec)
+    if storage.is_remote(spec):  # before any Path(): it would collapse s3://b/x to s3:/b/x
+        return load_remote_rank_file(spec, pattern=pattern)
     if Path(spec).exists() or spec.endswith(".tiktoken") or os.sep in spec:
         return load_rank_file(spec, pattern=pattern)
     return load_named(spec)  # raises with the list of names

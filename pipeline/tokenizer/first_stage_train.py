@@ -20,12 +20,14 @@ cl100k's `\p{N}{1,3}+` as a repeated group ("1947" one piece, not "194" + "7").
 from __future__ import annotations
 
 import json
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import regex
 
+from hbpe.pipeline import storage
 from hbpe.pipeline.tokenizer.first_stage import DEFAULT_SPECIAL_TOKEN, format_rank_file, resolve_pattern
 from hbpe.pipeline.tokenizer.pair_merges import learn_merges
 from hbpe.schemas.errors import ConfigError
@@ -129,8 +131,21 @@ def train_first_stage(
     raise ConfigError(f"unknown first-stage trainer {trainer!r}; use one of {', '.join(FIRST_STAGE_TRAINERS)}")
 
 
-def write_encoding(ranks: dict[bytes, int], out_path: str | Path, *, pattern: str, name: str | None = None) -> Path:
-    """Write `NAME.tiktoken` plus a sidecar `NAME.json` (pattern, special tokens) that loading reads."""
+def check_out(out_path: str | Path) -> None:
+    """Before training: the bucket of a URI `out_path` exists (a local folder is made when written)."""
+    if storage.is_remote(out_path):
+        storage.check_bucket(str(out_path), timeout=storage.default_timeout())
+
+
+def write_encoding(
+    ranks: dict[bytes, int], out_path: str | Path, *, pattern: str, name: str | None = None
+) -> Path | str:
+    """Write `NAME.tiktoken` plus a sidecar `NAME.json` (pattern, special tokens) that loading reads.
+
+    A URI (s3://, gs://, ...) is written locally and uploaded: see `_upload_encoding`.
+    """
+    if storage.is_remote(out_path):
+        return _upload_encoding(ranks, str(out_path), pattern=pattern, name=name)
     out = Path(out_path)
     if out.suffix != ".tiktoken":
         out = out / "encoding.tiktoken" if out.is_dir() or not out.suffix else out.with_suffix(".tiktoken")
@@ -144,3 +159,34 @@ def write_encoding(ranks: dict[bytes, int], out_path: str | Path, *, pattern: st
     }
     out.with_suffix(".json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return out
+
+
+def rank_file_uri(uri: str) -> str:
+    """Where `write_encoding` puts the rank file for an `--out` URI, named as for a local path.
+
+    >>> rank_file_uri("s3://b/bpe.tiktoken"), rank_file_uri("s3://b/first/"), rank_file_uri("gs://b/x.txt")
+    ('s3://b/bpe.tiktoken', 's3://b/first/encoding.tiktoken', 'gs://b/x.tiktoken')
+    """
+    parent, _, name = uri.rpartition("/")
+    suffix = PurePosixPath(name).suffix
+    if suffix == ".tiktoken":
+        return uri
+    if not suffix:  # a prefix, like a local directory
+        return storage.join(uri, "encoding.tiktoken")
+    return f"{parent}/{PurePosixPath(name).with_suffix('.tiktoken')}"
+
+
+def _upload_encoding(ranks: dict[bytes, int], uri: str, *, pattern: str, name: str | None) -> str:
+    """Write both files locally, then upload the sidecar first and the rank file last.
+
+    A reader that finds the rank file finds its pattern beside it (an object store has no rename).
+    """
+    target = rank_file_uri(uri)
+    timeout = storage.default_timeout()
+    storage.check_bucket(target, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="hbpe-encoding-") as tmp:
+        local = Path(write_encoding(ranks, Path(tmp, target.rpartition("/")[2]), pattern=pattern, name=name))
+        sidecar = local.with_suffix(".json")
+        storage.upload_file(sidecar, f"{target.rpartition('/')[0]}/{sidecar.name}", timeout=timeout)
+        storage.upload_file(local, target, timeout=timeout)
+    return target

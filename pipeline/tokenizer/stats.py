@@ -8,9 +8,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from hbpe.pipeline.corpus.documents import Document, RecordPolicy, count_words
-from hbpe.pipeline.corpus.files import iter_documents
+from hbpe.pipeline.beam import stores
+from hbpe.pipeline.corpus.documents import Document, RecordPolicy, Reject, count_words
+from hbpe.pipeline.corpus.files import iter_documents, resolve_inputs
 from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
+from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.manifest import Counts, ratios
 
 
@@ -49,16 +51,43 @@ class CorpusStats:
         return d
 
 
-def read_texts(paths: Iterable[str], policy: RecordPolicy | None = None) -> tuple[list[str], Counter]:
-    """Accepted document texts of the given files, plus reject counts by reason."""
-    texts, rejects = [], Counter()
-    for path in paths:
+def read_texts(inputs: Iterable[str], policy: RecordPolicy | None = None) -> tuple[list[str], Counter]:
+    """Accepted document texts of the inputs, plus reject counts by reason.
+
+    Inputs are what `hbpe convert --input` takes: files, directories, globs, local or URIs
+    (expanded by `resolve_inputs`; remote locations are reached once first, with a deadline).
+
+    Raises:
+        ConfigError: an input matches no file, or not one document could be read, naming the
+            inputs and the reasons the records were rejected.
+    """
+    inputs = [str(i) for i in inputs]
+    stores.preflight([(i, "the input") for i in inputs])  # nothing to do (no Beam import) when all are local
+    texts: list[str] = []
+    rejects: Counter = Counter()
+    first_reject: Reject | None = None
+    for path in resolve_inputs(inputs):
         for rec in iter_documents(path, policy):
             if isinstance(rec, Document):
                 texts.append(rec.text)
             else:
                 rejects[rec.reason] += 1
+                first_reject = first_reject or rec
+    if not texts:
+        raise ConfigError(_no_documents_message(inputs, rejects, first_reject))
     return texts, rejects
+
+
+def _no_documents_message(inputs: list[str], rejects: Counter, first: Reject | None) -> str:
+    where = f"no document could be read from --input {', '.join(inputs)}"
+    if first is None:
+        return f"{where}: the files hold no records; pass a corpus with at least one document"
+    n = rejects.total()
+    reasons = ", ".join(f"{r}: {k}" for r, k in rejects.most_common())
+    return (
+        f"{where}: {n} record{'s' if n != 1 else ''} rejected ({reasons}; the first, {first.source}: {first.detail}); "
+        "check the files, and --text-field for records that keep their text in another field"
+    )
 
 
 def tally(c: Counts, hist: np.ndarray, tok: HierarchicalTokenizer, text: str, ids: np.ndarray) -> None:
