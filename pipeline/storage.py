@@ -300,9 +300,6 @@ def with_deadline(work: Callable[[], T], what: str, timeout: float | None, *, ur
     return result["value"]
 
 
-_with_deadline = with_deadline  # the name the writers above were first written with
-
-
 def upload_file(local: str | os.PathLike, uri: str, *, timeout: float | None = None) -> None:
     """Local file `local` as object `uri` (any name: the file is linked or copied beside it under that name)."""
     parent, _, name = uri.rpartition("/")
