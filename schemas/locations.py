@@ -55,9 +55,9 @@ def check_location(value: str, *, where: str, schemes: tuple[str, ...] = KNOWN_S
         raise ConfigError(f"{where}: write the scheme in lower case: {scheme.lower()}://{value.split('://', 1)[1]}")
     if scheme not in schemes:
         close = difflib.get_close_matches(scheme.lower(), schemes, n=1, cutoff=0.5)
-        hint = f"did you mean {close[0]}://? " if close else ""
+        hint = f" (did you mean {close[0]}://?)" if close else ""
         raise ConfigError(
-            f"{where}: unsupported URI scheme {scheme}://; {hint}use a local path or one of "
-            f"{', '.join(s + '://' for s in schemes)}"
+            f"{where}: unsupported URI scheme {scheme}://; use a local path or one of "
+            f"{', '.join(s + '://' for s in schemes)}{hint}"
         )
     return value
