@@ -146,6 +146,21 @@ def _start(cfg: TrainConfig, *, save_enabled: bool) -> tuple[str, int]:
     return device, world
 
 
+def keep_previous_log(path: str) -> str | None:
+    """Move an earlier session's log aside (`train.log` -> `train.log.1`, `.2`, ...) -> its new name.
+
+    Composer's FileLogger truncates its file, and a resumed run would otherwise lose the log of the
+    session it continues. Rank 0 only: the other ranks see the same local path on one node.
+    """
+    if int(os.environ.get("RANK", "0")) != 0 or not os.path.isfile(path):
+        return None
+    n = 1
+    while os.path.exists(f"{path}.{n}"):
+        n += 1
+    os.replace(path, f"{path}.{n}")
+    return f"{path}.{n}"
+
+
 def _local_root(cfg: TrainConfig) -> str:
     """Where caches and logs go: the save folder, or runs/<run_name> when checkpoints go to a bucket."""
     return os.path.join("runs", cfg.run_name) if storage.is_remote(cfg.save_folder) else cfg.save_folder
@@ -330,7 +345,10 @@ def _trainer_kwargs(
         micro = device_batch  # Composer's auto microbatching needs CUDA OOM signals
     all_loggers = list(loggers)
     if cfg.log_file and save_enabled:
-        all_loggers.append(FileLogger(filename=os.path.join(_local_root(cfg), cfg.log_file), flush_interval=1))
+        log_path = os.path.join(_local_root(cfg), cfg.log_file)
+        if resume_from or cfg.load_path:
+            keep_previous_log(log_path)
+        all_loggers.append(FileLogger(filename=log_path, flush_interval=1))
     clip = cfg.optim.grad_clip_norm
     return dict(
         max_duration=cfg.max_duration,

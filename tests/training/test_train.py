@@ -70,6 +70,9 @@ def test_autoresume_equals_uninterrupted(sample_shards, tmp_path):
     from hbpe.cli_train import _render_train
 
     assert _render_train(resumed).startswith("resumed at batch 4, trained to batch 8 in ")
+    # the first session's log is kept beside the resumed session's (Composer's FileLogger truncates)
+    first_log, second_log = (tmp_path / "cut" / "train.log.1").read_text(), (tmp_path / "cut" / "train.log").read_text()
+    assert "[batch=1]" in first_log and "[batch=1]" not in second_log and "[batch=8]" in second_log
 
     full_w, full_ts = _weights(tmp_path / "full")
     cut_w, cut_ts = _weights(tmp_path / "cut")
