@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from hbpe.cli_common import _Command, _emit, _Group, check_local_paths, is_quiet, is_verbose, json_option, say
+from hbpe.schemas.locations import is_uri
 from hbpe.schemas.manifest import Counts
 
 
@@ -184,7 +185,7 @@ def convert(
         split_bytes=split_mb << 20,
         shard_bytes=shard_mb << 20,
     )
-    shown = out if "://" in out else os.path.abspath(out)  # a mistyped path shows at once
+    shown = out if is_uri(out) else os.path.abspath(out)  # a mistyped path shows at once
     try:
         m = run_convert(
             cfg,

@@ -21,7 +21,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dat
 from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
 
 from hbpe.schemas.errors import ConfigError
-from hbpe.schemas.locations import STREAMING_SCHEMES
+from hbpe.schemas.locations import STREAMING_SCHEMES, is_uri
 
 # model.io: the paper's model and its baselines, all trained from the same shards (training/schemes.py)
 IO_SCHEMES = ("hierarchical", "bpe", "bytes", "space", "entropy")
@@ -462,7 +462,7 @@ class StreamConfig(_Section):
                 f"data.streams.remote is empty: every stream needs its shards; e.g. {self._example_of('remote')}"
             )
         object.__setattr__(self, "remote", _local_or_uri("data.streams.remote", self.remote))
-        if self.local is not None and "://" in self.local:  # storage.is_remote's test (schemas import no pipeline)
+        if self.local is not None and is_uri(self.local):
             raise ConfigError(
                 f"data.streams.local={self.local}: a stream's cache is a local directory, not a URI; "
                 f"e.g. {self._example_of('local')}"

@@ -50,11 +50,13 @@ def filesystem_options(pipeline_args: Sequence[str] = ()):
     return PipelineOptions([*args, *store_args(args)])
 
 
-def use_filesystem_options(pipeline_args: Sequence[str] = ()) -> None:
-    """Configure Beam's FileSystems for the calls hbpe makes outside a pipeline (a Pipeline sets its own)."""
+def use_filesystem_options(pipeline_args: Sequence[str] = ()):
+    """Configure Beam's FileSystems for the calls hbpe makes outside a pipeline (a Pipeline sets its own) -> the options."""
     from apache_beam.io.filesystems import FileSystems
 
-    FileSystems.set_options(filesystem_options(pipeline_args))
+    options = filesystem_options(pipeline_args)
+    FileSystems.set_options(options)
+    return options
 
 
 def filesystems():
@@ -106,9 +108,7 @@ def preflight(
     remote = list(dict.fromkeys((uri, what) for uri, what in locations if storage.is_remote(uri)))
     if not remote:
         return
-    use_filesystem_options(pipeline_args)
-    options = filesystem_options(pipeline_args)
-    timeout = storage.default_timeout() if timeout is None else timeout
+    options = use_filesystem_options(pipeline_args)
     for uri, what in remote:
         try:
             storage.with_deadline(lambda u=uri: _touch(u, options), f"cannot reach {what} {uri}", timeout, uri=uri)

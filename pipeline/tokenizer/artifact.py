@@ -138,7 +138,6 @@ def _refuse_unless_replaceable(
 
 def _check_remote_out(uri: str, *, overwrite: bool, timeout: float | None) -> None:
     """A bucket prefix may take the tokenizer: the bucket exists, and the prefix is empty or a tokenizer."""
-    timeout = storage.default_timeout() if timeout is None else timeout
     storage.check_bucket(uri, timeout=timeout)
     names = storage.list_dir(uri, timeout=timeout)
     artifact_names = {SPEC_FILENAME, RANK_FILENAME}
@@ -156,12 +155,11 @@ def _save_remote(tok: HierarchicalTokenizer, uri: str, *, overwrite: bool) -> st
     names (while the rank file is replaced, a reader of the old tokenizer.json sees a hash mismatch,
     an error, never a wrong tokenizer).
     """
-    timeout = storage.default_timeout()
-    _check_remote_out(uri, overwrite=overwrite, timeout=timeout)
+    _check_remote_out(uri, overwrite=overwrite, timeout=None)
     with tempfile.TemporaryDirectory(prefix="hbpe-tokenizer-") as tmp:
         local = Path(save(tok, Path(tmp, "tokenizer")))
         for name in (RANK_FILENAME, SPEC_FILENAME):
-            storage.upload_file(local / name, storage.join(uri, name), timeout=timeout)
+            storage.upload_file(local / name, storage.join(uri, name))
     return uri
 
 

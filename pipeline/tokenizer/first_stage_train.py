@@ -134,7 +134,7 @@ def train_first_stage(
 def check_out(out_path: str | Path) -> None:
     """Before training: the bucket of a URI `out_path` exists (a local folder is made when written)."""
     if storage.is_remote(out_path):
-        storage.check_bucket(str(out_path), timeout=storage.default_timeout())
+        storage.check_bucket(str(out_path))
 
 
 def write_encoding(
@@ -182,11 +182,10 @@ def _upload_encoding(ranks: dict[bytes, int], uri: str, *, pattern: str, name: s
     A reader that finds the rank file finds its pattern beside it (an object store has no rename).
     """
     target = rank_file_uri(uri)
-    timeout = storage.default_timeout()
-    storage.check_bucket(target, timeout=timeout)
+    storage.check_bucket(target)
     with tempfile.TemporaryDirectory(prefix="hbpe-encoding-") as tmp:
         local = Path(write_encoding(ranks, Path(tmp, target.rpartition("/")[2]), pattern=pattern, name=name))
         sidecar = local.with_suffix(".json")
-        storage.upload_file(sidecar, f"{target.rpartition('/')[0]}/{sidecar.name}", timeout=timeout)
-        storage.upload_file(local, target, timeout=timeout)
+        storage.upload_file(sidecar, f"{target.rpartition('/')[0]}/{sidecar.name}")
+        storage.upload_file(local, target)
     return target
