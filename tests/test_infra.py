@@ -1,5 +1,9 @@
+import os
 import re
+import subprocess
 import tomllib
+
+import pytest
 
 from hbpe.pipeline.beam.convert import default_pipeline_options
 from tests.conftest import REPO
@@ -95,7 +99,163 @@ def test_dockerfile_matches_the_launcher_and_the_package():
 
     text = (REPO / "infra" / "Dockerfile").read_text()
     assert f"FROM apache/beam_python3.11_sdk:{apache_beam.__version__}\n" in text
-    assert "pip install --no-cache-dir -r /tmp/worker-requirements.txt" in text
-    folders = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
-    for folder in folders:
+    _check_installs_the_package(text)
+
+
+def _check_installs_the_package(text: str) -> None:
+    """A Dockerfile installs the pinned stack, then hbpe from a copy of everything its build reads: each folder
+    pyproject maps into the package, setup.py (the C kernels), and the readme and license files pyproject names."""
+    assert "COPY infra/worker-requirements.txt /tmp/worker-requirements.txt\n" in text
+    assert "RUN pip install --no-cache-dir -r /tmp/worker-requirements.txt\n" in text
+    assert "pip install --no-cache-dir --no-deps ." in text
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    for folder in set(pyproject["tool"]["setuptools"]["package-dir"].values()):
         assert f"COPY {folder} {folder}\n" in text, folder
+    files = re.search(r"^COPY (.+) \./$", text, re.M).group(1).split()
+    needed = ["pyproject.toml", "setup.py", pyproject["project"]["readme"], *pyproject["project"]["license-files"]]
+    assert set(needed) <= set(files), set(needed) - set(files)
+    assert all((REPO / f).is_file() for f in needed)
+
+
+def test_train_dockerfile_installs_the_package_on_the_python_pyproject_requires():
+    """The training image: a Python that `requires-python` allows, the pinned stack (torch's CUDA build), the
+    package with its C kernels (checked importable at build time), and `hbpe` as the entry point."""
+    text = (REPO / "infra" / "train.Dockerfile").read_text()
+    _check_installs_the_package(text)
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert requires == ">=3.11,<3.12" and re.search(r"^FROM python:3\.11-slim-bookworm$", text, re.M)
+    # the tested stack, not a range: the torch wheel decides the image's CUDA (2.7.0: CUDA 12.6, as the comment says)
+    assert "torch==2.7.0" in (REPO / "infra" / "worker-requirements.txt").read_text().splitlines()
+    assert 'cd / && python -c "import hbpe.pipeline.tokenizer.second_stage._merge_core"' in text
+    assert 'ENTRYPOINT ["hbpe"]\n' in text
+
+
+def _parse_train(argv: list[str]):
+    """Parse a command line as `hbpe train` does (click), and check its node flags as `hbpe train` does before it
+    starts anything; -> click's parameters."""
+    from hbpe.cli_train import _check_nodes, train_cmd
+
+    assert argv[:1] == ["train"], argv
+    p = train_cmd.make_context("train", argv[1:]).params
+    _check_nodes(p["nproc"], p["nnodes"], p["node_rank"], p["master_addr"], p["master_port"])
+    return p
+
+
+def _fake_slurm(tmp_path, env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess, dict[int, list[str]]]:
+    """Run infra/slurm/train.sbatch in bash as sbatch would on node 0, with `scontrol` expanding the nodelist,
+    `srun` running its command once per node (SLURM_NODEID=0..SLURM_NNODES-1) and `hbpe` recording its argv;
+    -> (the script's run, {node id: argv of its `hbpe`})."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shims = {
+        "hbpe": f'printf "%s\\0" "$@" > {tmp_path}/hbpe.$SLURM_NODEID',
+        "scontrol": '[ "$*" = "show hostnames gpu-a[07-08]" ] || exit 1; printf "gpu-a07\\ngpu-a08\\n"',
+        "srun": (
+            f'printf "%s\\0" "$@" > {tmp_path}/srun; while [[ $1 == --* ]]; do shift; done\n'
+            'for ((i = 0; i < SLURM_NNODES; i++)); do SLURM_NODEID=$i "$@" || exit; done'
+        ),
+    }
+    for name, body in shims.items():
+        (bin_dir / name).write_text(f"#!/usr/bin/env bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    slurm_free = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SRUN_", "HBPE_"))}
+    run = subprocess.run(
+        ["bash", str(REPO / "infra" / "slurm" / "train.sbatch"), *args],
+        env={**slurm_free, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    nodes = {int(f.suffix[1:]): f.read_bytes().decode().split("\0")[:-1] for f in tmp_path.glob("hbpe.*")}
+    return run, nodes
+
+
+# as sbatch sets them in the batch script, on node 0 (srun sets SLURM_NODEID per task)
+SLURM_JOB = {"SLURM_JOB_NODELIST": "gpu-a[07-08]", "SLURM_NNODES": "2", "SLURM_NODEID": "0", "SLURM_JOB_ID": "4242"}
+INDEX_ANNOTATION = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+APACHE_2_MD5 = "3b83ef96387f14655fc854ddc3c6bd57"  # apache.org/licenses/LICENSE-2.0.txt, byte for byte
+
+
+@pytest.mark.parametrize(("env", "nproc"), [({"SLURM_GPUS_ON_NODE": "8"}, 8), ({"HBPE_NPROC": "2"}, 2)])
+def test_slurm_script_runs_one_hbpe_train_per_node(tmp_path, env, nproc):
+    overrides = ["data.train=s3://b/shards-train", "save_folder=/shared fs/runs/small"]  # a space survives
+    run, nodes = _fake_slurm(tmp_path, {**SLURM_JOB, **env}, "small", *overrides)
+    assert run.returncode == 0, run.stderr
+    assert f"hbpe-train: 2 nodes x {nproc} processes, node 0 = gpu-a07:29500" in run.stderr
+    srun = (tmp_path / "srun").read_bytes().decode().split("\0")
+    assert "--ntasks-per-node=1" in srun and "--kill-on-bad-exit=1" in srun
+    assert sorted(nodes) == [0, 1]
+    for node_id, argv in nodes.items():
+        p = _parse_train(argv)
+        assert (p["config"], list(p["overrides"])) == ("small", overrides)
+        assert (p["nproc"], p["nnodes"], p["node_rank"]) == (nproc, 2, node_id)
+        assert (p["master_addr"], p["master_port"]) == ("gpu-a07", 29500)  # the nodelist's first host
+
+
+def test_slurm_script_without_gpus_names_the_fix(tmp_path):
+    run, nodes = _fake_slurm(tmp_path, SLURM_JOB, "small")
+    assert run.returncode == 2 and not nodes
+    assert run.stderr.strip() == (
+        "error: no GPUs allocated (SLURM_GPUS_ON_NODE is unset): submit with --gpus-per-node=N, or set HBPE_NPROC=N"
+    )
+
+
+def _kubelet_expand(arg: str, env: dict[str, str]) -> str:
+    """$(NAME) in a container's command/args is replaced by NAME from the container's env; $$ is a literal $."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]) if m[1] else "$", arg)
+
+
+def test_kubernetes_job_runs_one_node_rank_per_index():
+    import yaml
+
+    docs = {d["kind"]: d for d in yaml.safe_load_all((REPO / "infra" / "k8s" / "train.yaml").read_text())}
+    service, job = docs["Service"], docs["Job"]
+    pod = job["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert service["spec"]["clusterIP"] == "None"  # headless: a DNS name per pod
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert pod["spec"]["subdomain"] == service["metadata"]["name"]
+    assert pod["spec"]["restartPolicy"] == "Never"
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    index_env = {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": INDEX_ANNOTATION}}}
+    assert index_env in container["env"]  # declared, so the kubelet expands $(JOB_COMPLETION_INDEX)
+    gpus = container["resources"]["limits"]["nvidia.com/gpu"]
+    assert container["command"] == ["hbpe", "train"]
+    for index in range(spec["completions"]):
+        argv = [_kubelet_expand(a, {"JOB_COMPLETION_INDEX": str(index)}) for a in container["args"]]
+        p = _parse_train(["train", *argv])
+        assert spec["parallelism"] == spec["completions"] == p["nnodes"] == 2  # every node at once
+        assert p["node_rank"] == index and p["nproc"] == gpus
+        # pod i's host name is JOB-i, and the Service (the pods' subdomain) makes it resolvable
+        assert p["master_addr"] == f"{job['metadata']['name']}-0.{service['metadata']['name']}"
+        assert p["master_port"] in {port["port"] for port in service["spec"]["ports"]}
+        assert p["master_port"] in {port["containerPort"] for port in container["ports"]}
+    from hbpe.training.config_io import load_config
+
+    cfg = load_config(p["config"], list(p["overrides"]))
+    assert cfg.global_batch_size % (p["nnodes"] * p["nproc"]) == 0 and cfg.autoresume
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes[mounts["/dev/shm"]]["emptyDir"] == {"medium": "Memory"}  # not the container's 64 MB
+
+
+def test_license_file_and_the_setuptools_that_reads_its_metadata():
+    """`license = "Apache-2.0"` (an SPDX expression) and `license-files` need setuptools 77 (PEP 639): an older
+    one refuses the string; the file the metadata declares is the Apache License 2.0."""
+    import hashlib
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert pyproject["project"]["license"] == "Apache-2.0"
+    (setuptools,) = [r for r in pyproject["build-system"]["requires"] if r.startswith("setuptools")]
+    assert int(re.fullmatch(r"setuptools>=(\d+)(\.\d+)*", setuptools)[1]) >= 77, setuptools
+    assert pyproject["project"]["license-files"] == ["LICENSE"]
+    assert hashlib.md5((REPO / "LICENSE").read_bytes()).hexdigest() == APACHE_2_MD5
+
+
+def test_infra_readme_names_the_default_runner_of_convert():
+    from hbpe.cli_data import convert
+
+    (default,) = [p.default for p in convert.params if p.name == "runner"]
+    rows = re.findall(r"^\| ([^|]+?) \(default\) \|", (REPO / "infra" / "README.md").read_text(), re.M)
+    assert rows == [default] == ["auto"]
