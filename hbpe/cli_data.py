@@ -32,6 +32,8 @@ def render_summary(m: dict[str, Any]) -> str:
         ("shards", len(m["shards"])),
         ("wall time", f"{m['timing'].get('wall_time_s', 0):.1f} s"),
     ]
+    if skipped := m.get("skipped_inputs"):  # links to a folder or file read already: each read once
+        rows.insert(0, ("inputs skipped (read once)", len(skipped)))
     w = max(len(k) for k, _ in rows)
     ok = "OK" if Counts(**c).balanced() else "MISMATCH"
     return "\n".join([f"{k:<{w}}  {v}" for k, v in rows] + [f"{'accounting':<{w}}  read = written + rejected: {ok}"])
@@ -109,7 +111,8 @@ _DATA_HELP = "Shard directory from `hbpe convert`."
     "--resume",
     is_flag=True,
     help="Continue an interrupted conversion into --out, reusing the units it encoded (same options, inputs "
-    "and tokenizer, or it is refused); an interrupted --resume run keeps its own units for the next one.",
+    "and tokenizer, or it is refused), or finish putting its complete output in place; an interrupted --resume "
+    "run, or one that filled the disk, keeps its own units for the next one.",
 )
 @click.option(
     "--runner",

@@ -67,6 +67,9 @@ class Manifest:
     statistics: dict[str, Any]
     shards: list[str]
     timing: dict[str, Any] = field(default_factory=dict)
+    # input paths left out because their file or folder was read under another path (symlink loops, links):
+    # {"path", "reason", "same_as"} each
+    skipped_inputs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -15,8 +15,9 @@ The launcher checks everything it can before it writes anything (tokenizer, inpu
 options, what the output holds), builds a new output into an empty folder (outputs.py)
 and puts it in place only when it is complete. A failure, SIGINT or SIGTERM removes
 what the run wrote, stops its worker processes, and leaves a previous output as it was;
-with `resume=True` the encoded units are kept instead, and a later `resume=True` run,
-after any interruption (SIGKILL included), encodes only the units still missing.
+with `resume=True`, or when the disk is full, the encoded units are kept instead, and a
+later `resume=True` run, after any interruption (SIGKILL included), encodes only the units
+still missing, or finishes putting a complete output in place.
 """
 
 from __future__ import annotations
@@ -34,12 +35,21 @@ from hbpe.pipeline.beam import fs, stores
 from hbpe.pipeline.beam import resume as resuming
 from hbpe.pipeline.beam.finalize import STAGING_DIRNAME, FinalizeContext, finalize_output, replace_output
 from hbpe.pipeline.beam.options import choose_runner, default_pipeline_options
-from hbpe.pipeline.beam.outputs import Build, choose_build, discard, glob_base, output_dir, refuse_inside
+from hbpe.pipeline.beam.outputs import (
+    Build,
+    choose_build,
+    glob_base,
+    keep_or_discard,
+    out_of_space,
+    output_dir,
+    refuse_inside,
+)
 from hbpe.pipeline.beam.progress import StopWorkersOnExit, signals_deferred
 from hbpe.pipeline.beam.progress_bar import ConvertProgress, unit_input_bytes
 from hbpe.pipeline.beam.units import UnitSummary, encoded_units, unit_key
 from hbpe.pipeline.corpus.documents import RecordPolicy
-from hbpe.pipeline.corpus.files import FileInfo, WorkUnit, file_info, plan_units, resolve_inputs
+from hbpe.pipeline.corpus.files import FileInfo, WorkUnit, file_info, plan_units
+from hbpe.pipeline.corpus.inputs import find_inputs, skipped_line
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ConfigError, HbpeError
 from hbpe.schemas.shard_columns import MANIFEST_FILENAME
@@ -71,6 +81,7 @@ def build_pipeline(
     done: dict[int, UnitSummary] | None = None,
     keys: dict[int, str] | None = None,
     timing: dict | None = None,
+    skipped_inputs: list[dict] | None = None,
 ) -> None:
     """Add the conversion's steps to the Beam pipeline `p`; they write into `output` (default cfg.output).
 
@@ -88,7 +99,7 @@ def build_pipeline(
     tok_dir = fs.join(staging, "tokenizer")
     policy = RecordPolicy(cfg.text_field, cfg.id_field, cfg.invalid_utf8, cfg.max_doc_bytes)
     S = tokenizer_spec.second_stage.max_patch_size
-    ctx = _finalize_context(cfg, files, tokenizer_spec, started_at, output, timing or {})
+    ctx = _finalize_context(cfg, files, tokenizer_spec, started_at, output, timing or {}, skipped_inputs or [])
     encoded = (
         p
         | "CreateUnits" >> beam.Create([u for u in units if u.index not in done])  # WorkUnit
@@ -164,8 +175,9 @@ def run_convert(
     for pat in cfg.inputs:
         refuse_inside(glob_base(pat), output, f"--input {pat}", cfg.output)
     own = () if fs.is_remote(output) else (output + os.sep,)
-    paths = resolve_inputs(cfg.inputs, excludes=cfg.excludes, skip_prefixes=own)
-    files = [file_info(p) for p in paths]
+    selection = find_inputs(cfg.inputs, excludes=cfg.excludes, skip_prefixes=own)
+    files = [file_info(p) for p in selection.paths]
+    skipped = [s.to_dict() for s in selection.skipped]
     choice = choose_runner(runner, list(pipeline_args or []), output=output, files=files, workers=workers)
     pipeline = opts = None
     if choice.beam:
@@ -182,6 +194,10 @@ def run_convert(
     keys = {u.index: unit_key(u, files[u.file_index], policy, cfg.text_unit, tok_spec.fingerprint) for u in units}
     record = resuming.make_record(cfg, files, tok_spec.fingerprint, len(units))
     build = choose_build(output, cfg.output, overwrite=overwrite, resume_=resume, record=record)
+    if build.finished:  # the interrupted run had converted everything: only putting it in place was left
+        say(f"resuming the interrupted conversion: its output in {build.path} is complete; putting it in place")
+        _put_in_place(build, output, cfg.output)
+        return json.loads(fs.read_bytes(fs.join(output, MANIFEST_FILENAME)))
     staging = build.staging
     weights = unit_input_bytes(units, files)
     was = f"; {cfg.output} is as it was" if build.replacing else ""
@@ -189,10 +205,12 @@ def run_convert(
     ticker: ConvertProgress | None = None
     try:
         with guard:
-            done = _prepare_staging(build, record, keys, cfg.tokenizer)
+            done = _prepare_staging(build, record, keys, units, cfg.tokenizer)
             if on_start:
                 on_start(units)
             say(choice.describe())
+            if skipped:
+                say(skipped_line(selection.skipped))
             if build.resumed:
                 say(f"resuming the interrupted conversion: {len(done)} of {len(units)} units already encoded")
             timing = {"runner": choice.name, "units_reused": len(done)}
@@ -200,7 +218,7 @@ def run_convert(
                 ticker = ConvertProgress(staging, weights, reused=done)
             if choice.beam:
                 build_pipeline(pipeline, cfg, units, files, tok_spec, started, output=build.path, done=done,
-                               keys=keys, timing=timing)  # fmt: skip
+                               keys=keys, timing=timing, skipped_inputs=skipped)  # fmt: skip
                 if ticker:
                     ticker.start()
                 from hbpe.pipeline.beam.monitor import run_and_watch
@@ -212,13 +230,13 @@ def run_convert(
                 run_inprocess(
                     tok, cfg, pending=[u for u in units if u.index not in done], done=done, keys=keys,
                     staging=staging, workers=choice.workers,
-                    ctx=_finalize_context(cfg, files, tok_spec, started, build.path, timing),
+                    ctx=_finalize_context(cfg, files, tok_spec, started, build.path, timing, skipped),
                     on_running=ticker.start if ticker else lambda: None,
                 )  # fmt: skip
     except BaseException as e:
         if ticker is not None:
             ticker.stop()
-        kept = _keep_or_discard(build, resume)
+        kept = keep_or_discard(build, keep=resume, full=out_of_space(e))
         if isinstance(e, KeyboardInterrupt):
             signum = guard.signum or signal.SIGINT
             who = "Beam workers" if choice.beam else "workers"
@@ -238,24 +256,34 @@ def run_convert(
     manifest = json.loads(fs.read_bytes(fs.join(build.path, MANIFEST_FILENAME)))
     if ticker is not None:
         ticker.stop(manifest)
-    if build.replacing:
-        try:
-            with signals_deferred():  # a swap cut short leaves no COMPLETED: let it finish
-                replace_output(build.path, output)
-        except OSError as e:
-            raise HbpeError(
-                f"the new output is complete in {build.path} but could not replace {cfg.output}'s files ({e}); "
-                f"move its contents up into {cfg.output} by hand"
-            ) from e
+    _put_in_place(build, output, cfg.output)
     return manifest
 
 
-def _prepare_staging(build: Build, record: dict, keys: dict[int, str], tokenizer_dir: str) -> dict[int, UnitSummary]:
+def _put_in_place(build: Build, output: str, shown: str) -> None:
+    """A complete build becomes the output: swapped in over the previous one, or its leftover staging removed."""
+    if not build.replacing:
+        if build.finished:  # killed between writing COMPLETED and removing the staging
+            fs.delete_tree(build.staging)
+        return
+    try:
+        with signals_deferred():  # SIGINT/SIGTERM wait for the swap; a kill -9 in it is finished by --resume
+            replace_output(build.path, output)
+    except OSError as e:
+        raise HbpeError(
+            f"the new output is complete in {build.path} but could not replace {shown}'s files ({e}); "
+            f"{shown} holds no COMPLETED until it does: rerun with --resume to finish the swap"
+        ) from e
+
+
+def _prepare_staging(
+    build: Build, record: dict, keys: dict[int, str], units: list[WorkUnit], tokenizer_dir: str
+) -> dict[int, UnitSummary]:
     """A new staging with its resume record, or an interrupted one cleaned up; returns the units already encoded."""
     done: dict[int, UnitSummary] = {}
     if build.resumed:
         resuming.clean_staging(build.staging)
-        done = encoded_units(build.staging, keys)
+        done = encoded_units(build.staging, keys, units)
     else:
         if not fs.is_remote(build.path):
             os.makedirs(build.path, exist_ok=True)  # parents too, like mkdir -p (see output_dir)
@@ -269,7 +297,13 @@ def _prepare_staging(build: Build, record: dict, keys: dict[int, str], tokenizer
 
 
 def _finalize_context(
-    cfg: ConvertConfig, files: list[FileInfo], spec: TokenizerSpec, started: float, output: str, timing: dict
+    cfg: ConvertConfig,
+    files: list[FileInfo],
+    spec: TokenizerSpec,
+    started: float,
+    output: str,
+    timing: dict,
+    skipped: list[dict],
 ) -> FinalizeContext:
     return FinalizeContext(
         output=output,
@@ -279,13 +313,5 @@ def _finalize_context(
         tokenizer_spec=spec,
         started_at=started,
         timing=timing,
+        skipped_inputs=skipped,
     )
-
-
-def _keep_or_discard(build: Build, resume: bool) -> str:
-    """After a failure: with --resume the encoded units stay for the next --resume (said how), else all goes."""
-    if not resume:
-        discard(build)
-        return ""
-    n = sum(1 for name in fs.top_entries(fs.join(build.staging, "units")) if name.endswith(".json"))
-    return f"; its {n} encoded unit(s) are kept in {build.staging}: rerun with --resume to continue"

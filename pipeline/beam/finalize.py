@@ -5,8 +5,8 @@ COMPLETED marker, and readers (`hbpe shards ...`, the trainer) refuse it.
 
 An --overwrite builds the new output in a folder of its own inside the old one
 (OUTPUT/.hbpe-new-XXXXXXXX) and swaps them only once it is complete (`replace_output`),
-so a failed or interrupted run leaves the previous output as it was; and only names
-hbpe writes (`is_hbpe_entry`) are ever deleted.
+so a failed or interrupted run leaves the previous output as it was, and a swap cut
+short is finished by `--resume`; only names hbpe writes (`is_hbpe_entry`) are ever deleted.
 """
 
 from __future__ import annotations
@@ -50,17 +50,42 @@ def discard_hbpe_entries(path: str) -> list[str]:
 
 
 def replace_output(build: str, output: str) -> None:
-    """Move a complete output `build` (a `.hbpe-new-*` folder inside `output`) up, in place of the previous one.
+    """Put a complete output `build` (a `.hbpe-new-*` folder inside `output`) in place of the previous one.
 
-    The old COMPLETED goes first and the new one comes last, so readers refuse the folder
-    while files move; every move is a rename within the output's own filesystem (a mount
-    point or a bucket included), so the swap takes moments. Files hbpe did not write stay.
+    Copies, never moves, so the build stays whole until the new output is: a swap cut short at
+    any point (kill -9 included; a bucket swap of 150 shards takes seconds) is finished by
+    running it again (`--resume` does), and readers never see a mix, as the marker goes
+    first and comes back last:
+
+        1. output/COMPLETED goes: readers refuse the folder from here on
+        2. the previous output's files that the new one has not (extra shards, ...) go
+        3. the build's files are copied over the old ones (locally hard links: no data copied)
+        4. output/COMPLETED, last: the new output is readable
+        5. the build goes, its COMPLETED first (what a kill leaves of it is only leftovers)
+
+    Until step 1 the previous output is readable as it was. Files hbpe did not write stay.
     """
     name = build.rstrip("/").rsplit("/", 1)[-1]
-    fs.delete_entries(output, [shard_columns.COMPLETED_FILENAME])
-    fs.delete_entries(output, [n for n in fs.top_entries(output) if is_hbpe_entry(n) and n != name])
-    fs.move_entries(build, output, last=shard_columns.COMPLETED_FILENAME)
+    done = shard_columns.COMPLETED_FILENAME
+    new = [r for r in fs.list_files(build) if r.split("/", 1)[0] != STAGING_DIRNAME]
+    if done not in new:
+        raise HbpeError(f"internal: {build} is not a complete output (no {done}): it cannot replace {output}")
+    fs.delete_entries(output, [done])
+    keep, tops = set(new), {r.split("/", 1)[0] for r in new}
+    # whole entries the new output has not (extra shards, a staging, other builds), then stale files inside
+    # the folders both have (a tokenizer's rank file of another name)
+    fs.delete_entries(output, [n for n in fs.top_entries(output) if is_hbpe_entry(n) and n not in tops | {name}])
+    fs.delete_files(output, [r for r in fs.list_files(output) if _doomed(r, name, keep)])
+    fs.copy_files([(fs.join(build, r), fs.join(output, r)) for r in new if r != done])
+    fs.copy_files([(fs.join(build, done), fs.join(output, done))])
+    fs.delete_entries(build, [done])
     fs.delete_tree(build)
+
+
+def _doomed(rel: str, build_name: str, keep: set[str]) -> bool:
+    """Whether the swap deletes `rel` in the output: hbpe's, not the new output's, not inside the build."""
+    top = rel.split("/", 1)[0]
+    return top != build_name and is_hbpe_entry(top) and rel not in keep
 
 
 @dataclass(frozen=True)
@@ -72,6 +97,7 @@ class FinalizeContext:
     tokenizer_spec: TokenizerSpec
     started_at: float
     timing: dict = field(default_factory=dict)  # how this run went (runner, units reused): recorded under timing
+    skipped_inputs: list[dict] = field(default_factory=list)  # inputs.SkippedInput dicts: links read once
 
 
 def sum_counts(units: list[UnitSummary], plan: ShardPlan) -> tuple[Counts, list[int]]:
@@ -114,10 +140,10 @@ def finalize_output(
     rejects = b"".join(fs.read_bytes(unit_rejects_path(ctx.staging, u.index)) for u in units)
     fs.write_atomic(fs.join(ctx.output, shard_columns.REJECTS_DIRNAME, "rejects.jsonl"), rejects)
     # 4. a copy of the tokenizer, so the shards are self-describing
-    fs.copy_dir_to(
-        fs.localize_dir(fs.join(ctx.staging, "tokenizer"), [SPEC_FILENAME, RANK_FILENAME]),
-        fs.join(ctx.output, shard_columns.TOKENIZER_DIRNAME),
-    )
+    # (object to object: a local copy in between was a /tmp/hbpe-* folder left behind by every remote conversion)
+    for name in (SPEC_FILENAME, RANK_FILENAME):
+        data = fs.read_bytes(fs.join(ctx.staging, "tokenizer", name))
+        fs.write_atomic(fs.join(ctx.output, shard_columns.TOKENIZER_DIRNAME, name), data)
     manifest = Manifest(
         hbpe_version=hbpe.__version__,
         shard_schema_version=shard_columns.SHARD_SCHEMA_VERSION,
@@ -132,6 +158,7 @@ def finalize_output(
         statistics=derived_statistics(counts, hist),
         shards=names,
         timing={"wall_time_s": round(time.time() - ctx.started_at, 3), **ctx.timing},
+        skipped_inputs=ctx.skipped_inputs,
     )
     fs.write_atomic(fs.join(ctx.output, shard_columns.MANIFEST_FILENAME), pretty_json(manifest.to_dict()).encode())
     # 5. the commit marker, last

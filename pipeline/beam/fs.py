@@ -8,6 +8,7 @@ runner converts a local corpus without loading Beam at all (about 1 s of imports
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -224,16 +225,6 @@ def load_tokenizer(path: str):
         return artifact.load(local)
 
 
-def localize_dir(path: str, names: list[str]) -> str:
-    """A local directory with the given files of `path` (itself if already local)."""
-    if not is_remote(path):
-        return path
-    local = tempfile.mkdtemp(prefix="hbpe-")
-    for n in names:
-        Path(local, n).write_bytes(read_bytes(join(path, n)))
-    return local
-
-
 def top_entries(path: str) -> list[str]:
     """Names directly inside a directory (an object-store prefix: the first component of each object)."""
     if not is_remote(path):
@@ -264,14 +255,54 @@ def delete_entries(path: str, names: list[str]) -> None:
         _beam_fs()[0].delete(doomed)
 
 
-def move_entries(src: str, dst: str, *, last: str) -> None:
-    """Rename everything directly inside `src` to the same name inside `dst`, the entry `last` last.
+def list_files(path: str) -> list[str]:
+    """Paths relative to `path` ('/'-separated) of every file under it, sorted; [] when there is none."""
+    if is_remote(path):
+        return sorted(_remote_files(path))
+    found = []
+    for dirpath, _, filenames in os.walk(path):
+        rel = os.path.relpath(dirpath, path)
+        found += [f if rel == "." else f"{rel}/{f}".replace(os.sep, "/") for f in filenames]
+    return sorted(found)
 
-    Locally one rename per entry (a folder moves whole); object stores rename object by object.
+
+def copy_files(pairs: list[tuple[str, str]]) -> None:
+    """Copy each file `src` to `dst`, replacing what `dst` holds; the sources stay.
+
+    Locally a hard link (no data copied; a copy where links are not supported) under a
+    temporary name, renamed over `dst`; on object stores one server-side copy per object,
+    in one batch.
     """
-    if not is_remote(src):
-        for name in sorted(os.listdir(src), key=lambda n: n == last):
-            os.rename(os.path.join(src, name), os.path.join(dst, name))
+    remote = [(s, d) for s, d in pairs if is_remote(d)]
+    for src, dst in (p for p in pairs if not is_remote(p[1])):
+        if os.path.exists(dst) and os.path.samefile(src, dst):
+            continue  # linked by an earlier try (renaming a link over its twin would do nothing, tmp left behind)
+        os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+        tmp = f"{dst}.tmp-{uuid.uuid4().hex[:12]}"
+        try:
+            os.link(src, tmp)
+        except OSError:  # another filesystem below, or one without hard links (FAT, some network mounts)
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    if remote:
+        fsys = _beam_fs()[0]
+        if not _object_store(remote[0][1]):  # HDFS's copy refuses an existing target
+            fsys.delete([d for _, d in remote if fsys.exists(d)])
+        fsys.copy([s for s, _ in remote], [d for _, d in remote])
+
+
+def delete_files(root: str, rels: list[str]) -> None:
+    """Delete these files (paths relative to `root`), and locally the folders they leave empty."""
+    if not rels:
         return
-    for rel in sorted(_remote_files(src), key=lambda r: r.split("/", 1)[0] == last):
-        rename(join(src, rel), join(dst, rel))
+    if is_remote(root):
+        _beam_fs()[0].delete([join(root, r) for r in rels])
+        return
+    for r in rels:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(root, r))
+    for d in sorted({os.path.dirname(r) for r in rels if "/" in r}, key=len, reverse=True):
+        while d:
+            with contextlib.suppress(OSError):  # not empty: a file that stays
+                os.rmdir(os.path.join(root, d))
+            d = os.path.dirname(d)

@@ -18,6 +18,7 @@ a unit left alone at the end still uses every core. Shards go to the processes t
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ from hbpe.pipeline.beam.shards import ShardTask, plan_shards, write_shard
 from hbpe.pipeline.beam.units import UnitSummary, encode_unit
 from hbpe.pipeline.corpus.documents import RecordPolicy
 from hbpe.pipeline.corpus.files import WorkUnit
+from hbpe.pipeline.parent_watch import exit_with_parent
 from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import HbpeError
@@ -123,19 +125,22 @@ def _write(task: ShardTask, staging: str, seq_len: int) -> tuple[int, dict[str, 
 def _start_pool(staging: str, workers: int) -> ProcessPoolExecutor:
     fork = sys.platform == "linux"  # fork elsewhere is unsafe (macOS) or missing (Windows): spawn loads again
     ctx = multiprocessing.get_context("fork" if fork else "spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(staging, not fork))
+    init = (staging, not fork, os.getpid())
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=init)
     # ProcessPoolExecutor forks all its workers at the first submit (3.11, fork context): do it now,
     # before the progress thread starts
     pool.submit(int).result()
     return pool
 
 
-def _init_worker(staging: str, load: bool) -> None:
-    """A worker ignores SIGINT (the launcher stops it) and dies quietly on SIGTERM (the inherited handler would
-    raise KeyboardInterrupt and print a traceback)."""
+def _init_worker(staging: str, load: bool, launcher: int) -> None:
+    """A worker ignores SIGINT (the launcher stops it), dies quietly on SIGTERM (the inherited handler would
+    raise KeyboardInterrupt and print a traceback), and dies with its launcher (kill -9 included: blocked
+    on the task pipe, whose write end every worker also holds, it would never see EOF)."""
     global _TOK
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    exit_with_parent(signal.SIGKILL, parent_pid=launcher)
     if _TOK is not None and getattr(_TOK, "_pool", None) is not None:
         _TOK._pool = None  # a thread pool made before the fork is a dead copy here (no thread is copied): a new one
     if load:

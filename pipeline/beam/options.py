@@ -26,6 +26,7 @@ import contextlib
 import difflib
 import io
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -147,9 +148,32 @@ def check_pipeline_args(args: Sequence[str], *, hbpe_options: Iterable[str] = ()
             hints.append(f"{close[0]} for {flag}")
     hint = f" (did you mean {', '.join(hints)}?)" if hints else ""
     raise ConfigError(
-        f"unknown option(s) {' '.join(unknown)}: neither hbpe convert nor Beam knows them{hint}; "
+        f"unknown option(s) {' '.join(redacted(unknown))}: neither hbpe convert nor Beam knows them{hint}; "
         "see `hbpe convert --help` for hbpe's options (Beam's: --runner, --direct_num_workers, --project, ...)"
     )
+
+
+_SECRET_NAME = re.compile(r"key|secret|token|pas+w|pwd|cred|auth", re.IGNORECASE)  # typos included
+
+
+def redacted(args: Sequence[str]) -> list[str]:
+    """`args` as they may be shown: the value of an option whose name holds key/secret/token/password
+    replaced by `***` (`--name=VALUE` and `--name VALUE` alike), so a typo never echoes a credential.
+
+    >>> redacted(["--s3_secret_acces_key=abc", "--aws_session_token", "xyz", "--region", "eu"])
+    ['--s3_secret_acces_key=***', '--aws_session_token', '***', '--region', 'eu']
+    """
+    out, hide_next = [], False
+    for a in args:
+        if a.startswith("-"):
+            flag, eq, _ = a.partition("=")
+            secret = bool(_SECRET_NAME.search(flag))
+            out.append(f"{flag}=***" if secret and eq else a)
+            hide_next = secret and not eq
+        else:
+            out.append("***" if hide_next else a)
+            hide_next = False
+    return out
 
 
 def default_pipeline_options(pipeline_args: list[str], *, workers: int | None = None):

@@ -10,6 +10,7 @@ write are never touched, and inputs or a tokenizer inside the output are refused
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import uuid
@@ -29,6 +30,7 @@ class Build:
     replacing: bool  # swap `path` in over an earlier output once complete
     created: bool  # the output folder did not exist before this run
     resumed: bool  # an interrupted run's staging, reused
+    finished: bool = False  # a complete output already (an --overwrite whose swap was cut short): only its swap is left
 
     @property
     def staging(self) -> str:
@@ -122,13 +124,18 @@ def _resumable(output: str, shown: str, builds: list[str], record: dict[str, Any
     """The interrupted build whose record is this run's; otherwise the reason the newest one is not."""
     why = None
     for b in builds:
-        found = resume.read_record(fs.join(b, STAGING_DIRNAME))
+        finished = resume.is_complete(b)
+        # a complete build's staging is gone: its manifest says what was converted
+        found = resume.record_of_manifest(b) if finished else resume.read_record(fs.join(b, STAGING_DIRNAME))
         if found is None:
-            why = why or "its staging has no resume record (written by an older hbpe, or killed before it began)"
+            why = why or (
+                "its complete build has no readable manifest.json" if finished else
+                "its staging has no resume record (written by an older hbpe, or killed before it began)"
+            )  # fmt: skip
             continue
         problem = resume.mismatch(found, record)
         if problem is None:
-            return Build(b, replacing=b != output, created=False, resumed=True)
+            return Build(b, replacing=b != output, created=False, resumed=True, finished=finished)
         why = why or problem
     raise resume.refuse(shown, why or "nothing to resume")
 
@@ -155,3 +162,42 @@ def discard(build: Build) -> None:
     if build.created:
         with contextlib.suppress(OSError):
             os.rmdir(build.path)
+
+
+# a full disk or quota, or a file size limit: the run can go on once there is room, so its units are kept
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_NO_SPACE_TEXT = tuple(os.strerror(n) for n in _NO_SPACE)  # what a Beam worker's error, passed on as text, says
+
+
+def out_of_space(e: BaseException) -> bool:
+    """Whether `e` (or an exception it was raised from) says the disk, a quota or a file size limit is full."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _NO_SPACE:
+            return True
+        if any(text in str(e) for text in _NO_SPACE_TEXT):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def keep_or_discard(build: Build, *, keep: bool, full: bool = False) -> str:
+    """After a failure: what becomes of the build, said as the end of the error message.
+
+    With --resume (`keep`), or when the disk was full (`full`: the user can free space and go on), the
+    encoded units stay for the next --resume, less the half-written shards and temporary files
+    (room the user needs); otherwise everything the run wrote goes.
+    """
+    if not (keep or full):
+        discard(build)
+        return ""
+    with contextlib.suppress(OSError):
+        resume.clean_staging(build.staging)
+    n = sum(1 for name in fs.top_entries(fs.join(build.staging, "units")) if name.endswith(".json"))
+    if full:
+        return (
+            f"; the disk is full: its {n} encoded unit(s) are kept in {build.staging}: free space and rerun with "
+            "--resume to continue"
+        )
+    return f"; its {n} encoded unit(s) are kept in {build.staging}: rerun with --resume to continue"

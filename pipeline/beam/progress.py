@@ -9,9 +9,12 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+
+from hbpe.pipeline.beam import reaper
 
 
 class StopWorkersOnExit:
@@ -29,9 +32,19 @@ class StopWorkersOnExit:
         self._before: set[int] = set()
         self._handlers: dict[int, object] = {}
         self._quieted: tuple | None = None
+        self._launcher_env: str | None = None
+        self._reaper: subprocess.Popen | None = None
 
     def __enter__(self) -> StopWorkersOnExit:
         self._before = {pid for pid, _ in _descendants()}
+        # and a kill -9 of the launcher, which runs no cleanup: the workers inherit this name, and the reaper
+        # kills them once the launcher is gone (reaper.py); a pool worker of the in-process runner watches its
+        # parent itself (inprocess.py)
+        self._launcher_env = os.environ.get(reaper.LAUNCHER_ENV)
+        token = f"{os.getpid()}-{os.urandom(6).hex()}"
+        os.environ[reaper.LAUNCHER_ENV] = token
+        with contextlib.suppress(OSError):  # no reaper (no fork left?): only kill -9 goes uncovered
+            self._reaper = reaper.start(token)
         if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._handlers[sig] = signal.signal(sig, self._on_signal)
@@ -68,6 +81,14 @@ class StopWorkersOnExit:
         try:
             self.kill_workers()
         finally:
+            if self._launcher_env is None:
+                os.environ.pop(reaper.LAUNCHER_ENV, None)
+            else:
+                os.environ[reaper.LAUNCHER_ENV] = self._launcher_env
+            if self._reaper is not None:
+                self._reaper.stdin.close()  # type: ignore[union-attr]
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._reaper.wait(timeout=5)
             for sig, handler in self._handlers.items():
                 signal.signal(sig, handler)
             if self._quieted is not None:

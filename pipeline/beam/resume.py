@@ -2,6 +2,8 @@
 
     OUTPUT/.hbpe-staging/resume.json                      a new output's build
     OUTPUT/.hbpe-new-XXXXXXXX/.hbpe-staging/resume.json   an --overwrite's build (the old output stays)
+    OUTPUT/.hbpe-new-XXXXXXXX/COMPLETED                   an --overwrite's complete build, swap cut short:
+                                                          its record is read back from its manifest.json
 
 The record holds the run's options (the output aside: it is where the record is found),
 the tokenizer fingerprint and every input's path, size and mtime. A resume with anything
@@ -21,6 +23,7 @@ from hbpe.pipeline.corpus.files import FileInfo
 from hbpe.schemas.canonical import pretty_json
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.shard_columns import COMPLETED_FILENAME, MANIFEST_FILENAME
 
 RECORD_FILENAME = "resume.json"
 RECORD_FORMAT = "hbpe-convert-staging"
@@ -38,6 +41,26 @@ def make_record(cfg: ConvertConfig, files: list[FileInfo], tokenizer_fingerprint
         "tokenizer_fingerprint": tokenizer_fingerprint,
         "inputs": [{"path": f.path, "size": f.size, "mtime": f.mtime} for f in files],
         "units": n_units,
+    }
+
+
+def record_of_manifest(build: str) -> dict[str, Any] | None:
+    """The record of the run that wrote the complete output in `build`, from its manifest; None if unreadable.
+
+    The manifest holds all a record does (its options with the output, the tokenizer, the inputs).
+    """
+    try:
+        m = json.loads(fs.read_bytes(fs.join(build, MANIFEST_FILENAME)))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(m, dict) or not isinstance(m.get("config"), dict):
+        return None
+    return {
+        "format": RECORD_FORMAT,
+        "version": RECORD_VERSION,
+        "config": {k: v for k, v in m["config"].items() if k != "output"},
+        "tokenizer_fingerprint": m.get("tokenizer_fingerprint"),
+        "inputs": m.get("inputs") if isinstance(m.get("inputs"), list) else [],
     }
 
 
@@ -63,11 +86,11 @@ def mismatch(found: dict[str, Any], wanted: dict[str, Any]) -> str | None:
             f"it used the tokenizer with fingerprint {str(found.get('tokenizer_fingerprint'))[:12]}, this run "
             f"{wanted['tokenizer_fingerprint'][:12]}: rerun with the same --tokenizer"
         )
-    old, new = found.get("config") or {}, wanted["config"]
+    old, new = found.get("config") if isinstance(found.get("config"), dict) else {}, wanted["config"]
     changed = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if changed:
         return f"its options differ from this run's: {', '.join(changed)}; rerun with the options it had"
-    before = {i["path"]: i for i in found.get("inputs") or []}
+    before = {i["path"]: i for i in found.get("inputs") or [] if isinstance(i, dict) and isinstance(i.get("path"), str)}
     now = {i["path"]: i for i in wanted["inputs"]}
     if before.keys() != now.keys():
         gone, new_files = sorted(before.keys() - now.keys()), sorted(now.keys() - before.keys())
@@ -83,7 +106,8 @@ def refuse(shown: str, why: str) -> ConfigError:
 
 
 def unfinished_builds(output: str) -> list[str]:
-    """Folders in `output` that hold a conversion's staging (output itself first, then .hbpe-new-*, newest first)."""
+    """Folders in `output` that hold a conversion's staging, or an --overwrite's complete build whose swap was
+    cut short (output itself first, then .hbpe-new-*, newest first)."""
     from hbpe.pipeline.beam.finalize import STAGING_DIRNAME
 
     names = fs.top_entries(output)
@@ -91,7 +115,12 @@ def unfinished_builds(output: str) -> list[str]:
     others = [fs.join(output, n) for n in names if n.startswith(".hbpe-new-")]
     if not fs.is_remote(output):
         others.sort(key=lambda p: os.path.getmtime(p), reverse=True)
-    return builds + [b for b in others if STAGING_DIRNAME in fs.top_entries(b)]
+    return builds + [b for b in others if {STAGING_DIRNAME, COMPLETED_FILENAME} & set(fs.top_entries(b))]
+
+
+def is_complete(build: str) -> bool:
+    """Whether `build` holds a whole output (its COMPLETED): only putting it in place is left."""
+    return COMPLETED_FILENAME in fs.top_entries(build)
 
 
 def clean_staging(staging: str) -> None:

@@ -10,7 +10,9 @@ the other files' sizes and xxh64 hashes: `--resume` after a crash (SIGKILL, or a
 that went down before its page cache reached the disk) reuses exactly the units whose
 summary is there, whose files match it, and whose `key` is this run's. The key hashes all
 the encoding depends on: the unit's file (path, size, mtime) and range, the record
-policy, the text unit and the tokenizer fingerprint.
+policy, the text unit and the tokenizer fingerprint; and the summary records the xxh3 of
+the input bytes the unit read (corpus/unit_bytes.py), checked again before a reuse, since
+a file rewritten with the same size and mtime (`touch -r`) passes the key.
 
 Patches are not stored: they are one table gather away (done when writing shards).
 """
@@ -29,13 +31,14 @@ import numpy as np
 from hbpe.pipeline.beam import fs
 from hbpe.pipeline.corpus.documents import Document, RecordPolicy
 from hbpe.pipeline.corpus.files import FileInfo, WorkUnit, iter_unit
+from hbpe.pipeline.corpus.unit_bytes import unit_input_hash
 from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
 from hbpe.pipeline.tokenizer.stats import tally
 from hbpe.schemas.canonical import canonical_json, sha256_hex
 from hbpe.schemas.manifest import Counts
 from hbpe.schemas.symbols import TOKEN_EOD
 
-UNIT_FORMAT = "hbpe-unit-v1"  # bump when the unit files' layout changes: old summaries stop matching
+UNIT_FORMAT = "hbpe-unit-v2"  # bump when the unit files' layout changes: old summaries stop matching
 BATCH_TEXT_CHARS = 4 << 20  # a batch also ends at this much text: flat memory, and progress for big documents
 PROGRESS_EVERY_S = 0.5
 
@@ -116,6 +119,9 @@ def encode_unit(
     seekable = unit.compression is None and unit.format in ("jsonl", "text")
     report = _ProgressReport(staging, unit.index) if not fs.is_remote(staging) else None
     offset = unit.start
+    # before reading: a file changed meanwhile then fails the resume's check; an unreadable file is the reader's
+    # reject, and its unit (no hash) is encoded again by a resume
+    input_hash = _input_hash_or_none(unit)
 
     def flush(out: fs.AtomicWriter) -> None:
         nonlocal chars
@@ -148,18 +154,19 @@ def encode_unit(
     s.histogram = hist.tolist()
     # the files' hashes, not an fsync per file, make the summary trustworthy after a machine crash (a preempted
     # VM): a stream the page cache never wrote out fails its hash at the resume, and the unit is encoded again
-    hashes = {"stream_xxh64": out.hexdigest(), "rejects_xxh64": rejects.hexdigest()}
+    hashes = {"stream_xxh64": out.hexdigest(), "rejects_xxh64": rejects.hexdigest(), "input_xxh3": input_hash}
     fs.write_atomic(unit_summary_path(staging, unit.index), json.dumps({"key": key, **hashes, **s.to_dict()}).encode())
     if report:
         report.remove()
     return s
 
 
-def load_encoded(staging: str, index: int, key: str) -> UnitSummary | None:
+def load_encoded(staging: str, index: int, key: str, unit: WorkUnit | None = None) -> UnitSummary | None:
     """The summary of a unit already encoded under `key`, if its files are there and whole; else None.
 
     Whole means the size and xxh64 its summary recorded: reading them back costs a fraction
-    of encoding them again (about 10 ms per 16 MB unit from the page cache).
+    of encoding them again (about 10 ms per 16 MB unit from the page cache). With `unit`, its
+    input bytes must also hash as they did when it was encoded.
     """
     import xxhash
 
@@ -176,16 +183,27 @@ def load_encoded(staging: str, index: int, key: str) -> UnitSummary | None:
                 return None
         except OSError:
             return None
+    if unit is not None and (_input_hash_or_none(unit) or "none") != d.get("input_xxh3"):
+        return None  # the file changed under the same size and mtime (or cannot be read): encode it again
     return s
 
 
-def encoded_units(staging: str, keys: dict[int, str]) -> dict[int, UnitSummary]:
-    """Every unit of `keys` whose encoded files in `staging` are complete and made under the same key."""
+def _input_hash_or_none(unit: WorkUnit) -> str | None:
+    try:
+        return unit_input_hash(unit)
+    except (OSError, ValueError, EOFError):  # missing, unreadable, not Parquet: the encoding says why
+        return None
+
+
+def encoded_units(staging: str, keys: dict[int, str], units: list[WorkUnit]) -> dict[int, UnitSummary]:
+    """Every unit of `keys` whose encoded files in `staging` are complete, made under the same key, from the
+    same input bytes (`units` by index: what to hash)."""
     names = set(fs.top_entries(fs.join(staging, "units")))
+    by_index = {u.index: u for u in units}
     return {
         i: s
         for i, key in keys.items()
-        if f"unit-{i:06d}.json" in names and (s := load_encoded(staging, i, key)) is not None
+        if f"unit-{i:06d}.json" in names and (s := load_encoded(staging, i, key, by_index[i])) is not None
     }
 
 

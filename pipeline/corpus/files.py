@@ -9,8 +9,6 @@ output still follows file order.
 from __future__ import annotations
 
 import bz2
-import fnmatch
-import glob
 import gzip
 import io
 import os
@@ -81,52 +79,13 @@ def detect_or_none(path: str) -> tuple[str, str | None] | None:
 def resolve_inputs(
     patterns: Iterable[str], *, excludes: Iterable[str] = (), skip_prefixes: Iterable[str] = ()
 ) -> list[str]:
-    """Expand files, directories and globs (local or URI) into a sorted, de-duplicated list of corpus files.
+    """The sorted corpus files of files, directories and globs (local or URI), each real file once.
 
-    Directories are walked recursively; like glob, the walk skips hidden files and folders
-    (.DS_Store, .git/). A file is left out when an exclude pattern matches its name, its path
-    relative to the directory given, or its path, e.g. '*.md', '.DS_Store', 'docs/*'; and when
-    its real path starts with one of `skip_prefixes` (the output directory: hbpe's own outputs
-    are never inputs). Files whose format the name does not tell are refused together, listed.
+    See `inputs.find_inputs`, which also says what it left out (symlink loops, second paths to a file).
     """
-    excludes, skip = tuple(excludes), tuple(skip_prefixes)
+    from hbpe.pipeline.corpus.inputs import find_inputs  # it imports this module's format table
 
-    def excluded(path: str, root: str | None) -> bool:
-        names = [os.path.basename(path), path] + ([os.path.relpath(path, root)] if root else [])
-        return any(fnmatch.fnmatch(n, pat) for pat in excludes for n in names)
-
-    found: set[str] = set()
-    unknown: list[str] = []
-    for pat in patterns:
-        root = None
-        if storage.is_remote(pat):
-            from hbpe.pipeline.beam.stores import filesystems
-
-            matches = [m.path for m in filesystems().match([pat])[0].metadata_list]
-        elif os.path.isdir(pat):
-            root = pat
-            matches = [p for p in glob.glob(os.path.join(pat, "**", "*"), recursive=True) if os.path.isfile(p)]
-        else:
-            matches = [p for p in glob.glob(pat, recursive=True) if os.path.isfile(p)]
-        if skip:
-            matches = [p for p in matches if storage.is_remote(p) or not os.path.realpath(p).startswith(skip)]
-        kept = [p for p in matches if not excluded(p, root)]
-        if not kept:
-            why = f" (all {len(matches)} excluded by --exclude)" if matches else ""
-            raise ConfigError(f"--input {pat!r} matches no file{why}; check the path or quote the glob")
-        unknown += [p for p in kept if detect_or_none(p) is None]
-        found.update(kept)
-    if unknown:
-        unknown = sorted(set(unknown))
-        shown = ", ".join(unknown[:5]) + (f" ... ({len(unknown)} in all)" if len(unknown) > 5 else "")
-        ext = os.path.splitext(unknown[0])[1]
-        example = f"*{ext}" if ext else os.path.basename(unknown[0])
-        raise ConfigError(
-            f"the inputs hold {len(unknown)} file(s) of unknown format: {shown}; hbpe reads {KNOWN_SUFFIXES}: "
-            f"leave the others out with --exclude GLOB (repeatable, e.g. --exclude '{example}'), "
-            "or select files with a glob such as --input 'DIR/*.jsonl'"
-        )
-    return sorted(found)
+    return find_inputs(patterns, excludes=excludes, skip_prefixes=skip_prefixes).paths
 
 
 def open_raw(path: str) -> io.RawIOBase | io.BufferedIOBase:
@@ -141,7 +100,18 @@ def open_raw(path: str) -> io.RawIOBase | io.BufferedIOBase:
 
 
 def open_decompressed(path: str, compression: str | None) -> io.BufferedIOBase:
+    """The file's bytes, decompressed; a compressed file of 0 bytes raises EOFError.
+
+    gzip and zstd read an empty stream as empty text, but no compressor writes 0 bytes (even empty
+    text compresses to a header): such a file is a download or copy that never got its data, and
+    converting it to zero documents would lose it silently.
+    """
     raw = open_raw(path)
+    if compression is not None:
+        if not raw.read(1):
+            raw.close()
+            raise EOFError(f"the file is empty (0 bytes), not a {compression} stream: a truncated download or copy?")
+        raw.seek(0)
     if compression == "gzip":
         return gzip.GzipFile(fileobj=raw)
     if compression == "bzip2":

@@ -368,6 +368,11 @@ def _object_store_fs():
         def open(self, path, *args, **kw):
             return super().open(local(path), *args, **kw)
 
+        def copy(self, sources, destinations):
+            for src, dst in zip(sources, destinations, strict=True):
+                os.makedirs(os.path.dirname(local(dst)), exist_ok=True)
+                shutil.copyfile(local(src), local(dst))
+
         def rename(self, sources, destinations):
             for src, dst in zip(sources, destinations, strict=True):
                 os.makedirs(os.path.dirname(local(dst)), exist_ok=True)
