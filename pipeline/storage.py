@@ -2,7 +2,7 @@
 
 The tokenizer, the shard reader, the shard tools and the trainer read a few files
 (tokenizer.json, the rank file, manifest.json, index.json, COMPLETED, shards) that may live in a
-bucket. Local paths use the standard library; URIs (s3://, gs://, oci://, azure://, hf://, ...)
+bucket. Local paths use the standard library; URIs (s3://, gs://: schemas/locations.SUPPORTED_SCHEMES)
 go through mosaicml-streaming's downloaders and uploaders, the object-store clients training
 already depends on, imported only when a URI is used (importing streaming costs seconds: it
 imports torch). Beam's filesystems stay in `hbpe.pipeline.beam.fs`, the only code that runs
@@ -116,9 +116,40 @@ def localize_dir(
     if not is_remote(path):
         return str(path)
     local = into or tempfile.mkdtemp(prefix="hbpe-")
-    for name in names:
-        _download(join(path, name), os.path.join(local, name), timeout)
+    targets = [(name, local_path_inside(local, name, source=str(path))) for name in names]
+    for name, target in targets:
+        _download(join(path, name), target, timeout)
     return local
+
+
+def local_path_inside(root: str | os.PathLike, name: str, *, source: str = "") -> str:
+    """The local path for remote object name `name` (`/`-separated, relative) below local folder `root`.
+
+    An object store's names are plain strings: `a/../../x` or `/etc/x` is a valid key that a
+    naive join would turn into a path outside `root`. Such a name is refused (ArtifactError
+    naming it and `source`) before anything is written, as are `.`, empty parts, backslashes.
+
+    >>> local_path_inside("/tmp/into", "ckpt/ep0-ba4/.metadata")
+    '/tmp/into/ckpt/ep0-ba4/.metadata'
+    >>> local_path_inside("/tmp/into", "evil/../../x")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    hbpe.schemas.errors.ArtifactError: refusing object name 'evil/../../x': it would be written outside /tmp/into ...
+    """
+    parts = name.split("/")
+    if not name or any(c in name for c in _UNSAFE_CHARS) or any(p in ("", ".", "..") for p in parts):
+        where = f" under {source}" if source else ""
+        raise ArtifactError(
+            f"refusing object name {name!r}{where}: it would be written outside {root} (a name with a '..', '.' "
+            "or empty part, a leading '/', a backslash or NUL is never copied); remove that object from the store"
+        )
+    path = os.path.join(str(root), *parts)
+    real_root = os.path.realpath(root)
+    if os.path.commonpath([real_root, os.path.realpath(path)]) != real_root:  # a symlink already inside root
+        raise ArtifactError(f"refusing object name {name!r}: {path} resolves outside {root}")
+    return path
+
+
+_UNSAFE_CHARS = ("\\", "\0")  # a Windows separator; a NUL no file name may hold
 
 
 def _download(uri: str, local: str, timeout: float | None) -> bool:
@@ -225,8 +256,10 @@ def download_dir(remote: str, local: str | os.PathLike, *, timeout: float | None
     """
     timeout = default_timeout() if timeout is None else timeout
     names = list_dir(remote, timeout=timeout)
-    for name in names:
-        _download(join(remote, name), os.path.join(str(local), *name.split("/")), max(timeout, 600.0))
+    # every name checked before the first byte is written: one bad object refuses the whole copy
+    targets = [local_path_inside(local, name, source=remote) for name in names]
+    for name, target in zip(names, targets, strict=True):
+        _download(join(remote, name), target, max(timeout, 600.0))
     return names
 
 
@@ -275,6 +308,10 @@ def with_deadline(work: Callable[[], T], what: str, timeout: float | None, *, ur
     alive after the error is raised. `uri` picks the store whose variables the message names.
     """
     timeout = default_timeout() if timeout is None else timeout
+    where = uri or what.rpartition(" ")[2]  # "cannot list s3://b/x" -> s3://b/x
+    refused = unreachable_endpoint(where)
+    if refused:
+        raise ArtifactError(f"{what}: {refused}; check the endpoint ({store_vars(where)}) and that its server runs")
     result: dict[str, Any] = {}
 
     def run() -> None:
@@ -286,7 +323,6 @@ def with_deadline(work: Callable[[], T], what: str, timeout: float | None, *, ur
     worker = threading.Thread(target=run, name=f"hbpe-storage {what}", daemon=True)
     worker.start()
     worker.join(timeout)
-    where = uri or what.rpartition(" ")[2]  # "cannot list s3://b/x" -> s3://b/x
     if worker.is_alive():
         raise ArtifactError(
             f"{what}: no answer within {timeout:g} s; check the network and the store's endpoint and credentials "
@@ -298,6 +334,44 @@ def with_deadline(work: Callable[[], T], what: str, timeout: float | None, *, ur
             f"{what} ({type(e).__name__}: {' '.join(str(e).split())[:300]}); {store_hint(where)}"
         ) from e
     return result["value"]
+
+
+_GCS_ENDPOINT = ("storage.googleapis.com", 443)
+_reached: set[tuple[str, int]] = set()  # endpoints that answered once in this process: not probed again
+
+
+def unreachable_endpoint(uri: str) -> str | None:
+    """Why a gs:// URI's endpoint cannot be reached at all (refused, unknown host), None when it may be.
+
+    google-cloud-storage retries a refused connection for its whole retry deadline (over 60 s, so
+    the user waited for `with_deadline` to say "no answer"), where boto3 gives up in a second.
+    One TCP connect says it at once. Only a definite answer fails here: a slow or filtered
+    endpoint, or a proxy (HTTPS_PROXY), is left to the client and its deadline.
+    """
+    if scheme(uri) != "gs" or os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy"):
+        return None
+    from urllib.parse import urlsplit
+
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if emulator:
+        parts = urlsplit(emulator if "://" in emulator else f"http://{emulator}")
+        endpoint = (parts.hostname or "localhost", parts.port or (443 if parts.scheme == "https" else 80))
+    else:
+        endpoint = _GCS_ENDPOINT
+    if endpoint in _reached:
+        return None
+    import socket
+
+    try:
+        socket.create_connection(endpoint, timeout=5).close()
+    except ConnectionRefusedError:
+        return f"connection refused by {endpoint[0]}:{endpoint[1]}"
+    except socket.gaierror as e:
+        return f"cannot resolve {endpoint[0]} ({e.strerror})"
+    except OSError:
+        return None  # timed out, unreachable network...: the client's own error (and retries) say more
+    _reached.add(endpoint)
+    return None
 
 
 def upload_file(local: str | os.PathLike, uri: str, *, timeout: float | None = None) -> None:

@@ -19,6 +19,10 @@ STREAMING_SCHEMES = ("s3", "gs", "oci", "azure", "azure-dl", "hf", "dbfs", "sftp
 # what Beam's filesystems read and write besides: conversion's locations
 BEAM_SCHEMES = ("s3", "gs", "hdfs", "azfs")
 KNOWN_SCHEMES = tuple(sorted(set(STREAMING_SCHEMES) | set(BEAM_SCHEMES)))
+# what hbpe reads and writes: the stores every command is tested against (moto's S3 and the GCS emulator). The
+# others half-work (a client is installed, then a listing, a rename or a write fails with a misleading error),
+# so they are refused up front
+SUPPORTED_SCHEMES = ("s3", "gs")
 
 _ONE_SLASH = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
 
@@ -28,7 +32,7 @@ def is_uri(value: str) -> bool:
     return "://" in str(value)
 
 
-def check_location(value: str, *, where: str, schemes: tuple[str, ...] = KNOWN_SCHEMES) -> str:
+def check_location(value: str, *, where: str, schemes: tuple[str, ...] = SUPPORTED_SCHEMES) -> str:
     """`value` itself (`file:///x` as `/x`); ConfigError, prefixed by `where`, for a misspelt or unsupported URI.
 
     >>> check_location("s3://b/x", where="--out"), check_location("runs/a", where="--out")
@@ -53,11 +57,21 @@ def check_location(value: str, *, where: str, schemes: tuple[str, ...] = KNOWN_S
         return value[len("file://") :] or "/"
     if scheme != scheme.lower() and scheme.lower() in schemes:
         raise ConfigError(f"{where}: write the scheme in lower case: {scheme.lower()}://{value.split('://', 1)[1]}")
+    if scheme in KNOWN_SCHEMES and scheme not in schemes:
+        raise ConfigError(
+            f"{where}: {scheme}:// is not supported (hbpe reads and writes {' and '.join(s + '://' for s in schemes)}, "
+            "the stores it is tested against); copy the data to a local path or to one of those"
+        )
     if scheme not in schemes:
         close = difflib.get_close_matches(scheme.lower(), schemes, n=1, cutoff=0.5)
         hint = f" (did you mean {close[0]}://?)" if close else ""
         raise ConfigError(
             f"{where}: unsupported URI scheme {scheme}://; use a local path or one of "
             f"{', '.join(s + '://' for s in schemes)}{hint}"
+        )
+    if not value.split("://", 1)[1].split("/", 1)[0]:
+        raise ConfigError(
+            f"{where}: {scheme}:// names no bucket (an unset shell variable, such as $BUCKET in {scheme}://$BUCKET/x?); "
+            f"write {scheme}://BUCKET/PATH"
         )
     return value

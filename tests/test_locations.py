@@ -29,6 +29,14 @@ CASES = [
     ("export --checkpoint s3://b/run --out gs:/b/e", r"--out gs:/b/e: a URI takes two slashes"),
     ("tokenizer info --tokenizer s4://b/tok", r"\(did you mean s3://\?\)"),
     ("train tiny save_folder=gs:/b/run", r"save_folder=gs:/b/run: a URI takes two slashes .*: gs://b/run"),
+    # issue 20/19: supported by no hbpe command end to end; they failed late with misleading errors
+    ("convert --tokenizer {tok} --input {sample} --out hf://org/ds", r"--out hf://org/ds: hf:// is not supported"),
+    ("eval --checkpoint oci://b/run --data s3://b/x", r"--checkpoint oci://b/run: oci:// is not supported"),
+    ("train tiny data.train=azure://c/x", r"data.train=azure://c/x: azure:// is not supported .*s3:// and gs://"),
+    ("train tiny save_folder=hf://org/run", r"save_folder=hf://org/run: hf:// is not supported"),
+    # an unset $BUCKET: before, `--out s3://` wrote a local folder ./s3: with rc 0
+    ("convert --tokenizer {tok} --input {sample} --out s3://", r"--out s3://: s3:// names no bucket .*\$BUCKET"),
+    ("train tiny save_folder=gs:///run", r"save_folder=gs:///run: gs:// names no bucket"),
     (
         "train tiny data.train=gcs://b/x",
         r"data.train=gcs://b/x: unsupported URI scheme gcs://; .*\(did you mean gs://\?\)",

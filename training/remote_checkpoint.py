@@ -63,8 +63,8 @@ def localize(uri: str, into: str) -> tuple[str, str]:
     target = uri if ".metadata" in below else resolve(uri, below)
     sharded = ".metadata" in (below if target == uri else storage.list_dir(target))
     run_dir = find_remote_run_dir(target)
+    local = storage.local_path_inside(into, target[len(run_dir) + 1 :], source=run_dir)  # before any download
     download_run_files(run_dir, into)
-    local = os.path.join(into, *target[len(run_dir) + 1 :].split("/"))
     if sharded:
         storage.download_dir(target, local, timeout=CHECKPOINT_TIMEOUT)
         return local, run_dir

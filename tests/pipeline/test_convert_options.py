@@ -44,6 +44,23 @@ def test_cli_refuses_unknown_options_with_the_likely_fix(tmp_path, gpt2_tokenize
     assert not (tmp_path / "o").exists()
 
 
+def test_a_mistyped_secret_option_is_named_without_its_value(tmp_path, gpt2_tokenizer_dir):
+    """Issue 20: `--s3_secret_acces_key=...` (a typo) echoed the secret to stderr."""
+    from hbpe.cli import main
+
+    args = ["convert", "--tokenizer", str(gpt2_tokenizer_dir), "--input", str(SAMPLE_ZH), "--out", str(tmp_path / "o")]
+    secret = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
+    for extra in (
+        [f"--s3_secret_acces_key={secret}"],
+        ["--s3_secret_acces_key", secret],
+        [f"--aws_sesion_token={secret}"],
+        [f"--db_pasword={secret}"],
+    ):
+        r = CliRunner().invoke(main, [*args, *extra])
+        assert r.exit_code == 2 and "unknown option(s) " + extra[0].split("=")[0] in r.output, r.output
+        assert secret not in r.output and "***" in r.output
+
+
 def test_library_refuses_unknown_beam_options(tmp_path, gpt2_tokenizer_dir):
     cfg = ConvertConfig(inputs=(str(SAMPLE_ZH),), output=str(tmp_path / "o"), tokenizer=str(gpt2_tokenizer_dir))
     with pytest.raises(ConfigError, match=r"unknown option\(s\) --no_such_option=1: neither hbpe convert nor Beam"):

@@ -198,6 +198,22 @@ def test_unreachable_store_is_one_quick_artifact_error(monkeypatch):
     assert time.perf_counter() - t < 30
 
 
+def test_a_refused_gcs_endpoint_is_said_at_once(monkeypatch, tmp_path):
+    """Issue 20: google-cloud-storage retried a refused connection until the 60 s deadline said "no answer"."""
+    adc = tmp_path / "adc.json"
+    adc.write_text(json.dumps({"type": "authorized_user", "client_id": "x", "client_secret": "x", "refresh_token": "x"}))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "p")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", REFUSED)
+    monkeypatch.delenv("HTTPS_PROXY", raising=False)
+    t = time.perf_counter()
+    with pytest.raises(ArtifactError, match=r"^cannot read gs://bucket/x: connection refused by 127.0.0.1:\d+; check"):
+        storage.read_bytes("gs://bucket/x", timeout=30)
+    with pytest.raises(ArtifactError, match=r"^cannot list gs://bucket/run: connection refused by 127.0.0.1"):
+        storage.list_dir("gs://bucket/run", timeout=30)
+    assert time.perf_counter() - t < 5
+
+
 def test_a_store_that_never_answers_hits_the_deadline(monkeypatch):
     silent = socket.socket()  # accepts connections into its backlog, never replies
     silent.bind(("127.0.0.1", 0))

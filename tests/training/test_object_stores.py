@@ -221,6 +221,6 @@ def test_save_folder_schemes():
 
     assert save_folder("file:///tmp/run") == "/tmp/run" and save_folder("gs://b/run") == "gs://b/run"
     with pytest.raises(
-        ConfigError, match=r"^save_folder=hf://b/run: unsupported URI scheme hf://; use a local path or "
+        ConfigError, match=r"^save_folder=hf://b/run: hf:// is not supported \(hbpe reads and writes s3:// and gs://"
     ):
         save_folder("hf://b/run")
