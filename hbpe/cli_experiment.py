@@ -50,7 +50,7 @@ def flops_cmd(
     "--out",
     default=None,
     show_default="runs/experiments/PRESET",
-    help="Output folder; a rerun skips finished runs.",
+    help="Output folder, one experiment's at a time; a rerun skips finished runs of unchanged inputs.",
 )
 @click.option(
     "--train-input",
@@ -70,7 +70,7 @@ def experiment_cmd(
     eval_input: tuple[str, ...], as_json: bool,
 ) -> None:  # fmt: skip
     """Run an experiment: a preset (table1-mini, chinese-mini, vocab-mini, s-ablation-mini,
-    table1-small, table3-medium) or a YAML file, with key=value overrides of its spec
+    crossover-mini, table1-small, table3-medium) or a YAML file, with key=value overrides of its spec
     (`batches=100`, `model.latent_layers=4` for every run). Writes results.json, table.md and
     PNG plots to --out.
 

@@ -40,6 +40,14 @@ from hbpe.cli_common import _Command, _emit, _Group, check_local_paths, is_quiet
     show_default="a free port on one node",
     help="Port on node 0 (with --nproc > 1 or --nnodes > 1).",
 )
+@click.option(
+    "--rendezvous-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    envvar="HBPE_RENDEZVOUS_TIMEOUT",
+    show_envvar=True,
+    help="Seconds node R > 0 waits for node 0 to answer at --master-addr:--master-port (with --nnodes > 1).",
+)
 @json_option("the training result")
 def train_cmd(
     config: str,
@@ -49,6 +57,7 @@ def train_cmd(
     node_rank: int | None,
     master_addr: str | None,
     master_port: int | None,
+    rendezvous_timeout: float,
     as_json: bool,
 ) -> None:
     """Train from a YAML config (a path or tiny/small/medium) with key=value overrides.
@@ -63,6 +72,9 @@ def train_cmd(
     from hbpe.training.config_io import load_config
 
     _check_nodes(nproc, nnodes, node_rank, master_addr, master_port)
+    given = click.get_current_context().get_parameter_source("rendezvous_timeout")
+    if nnodes == 1 and given is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("--rendezvous-timeout is for several nodes: add --nnodes N")
     overrides = _quiet_console(overrides)
     cfg = load_config(config, list(overrides))  # validate before launching anything
     world = nproc * nnodes
@@ -73,7 +85,10 @@ def train_cmd(
         )
     if world > 1:
         nodes = dict(nnodes=nnodes, node_rank=node_rank, master_addr=master_addr, master_port=master_port)
-        _emit(_train_on_processes(config, overrides, nproc, **nodes), as_json, _render_train)
+        result = _train_on_processes(
+            config, overrides, nproc, **nodes, rendezvous_timeout=rendezvous_timeout, save_folder=cfg.save_folder
+        )
+        _emit(result, as_json, _render_train)
         return
     from hbpe.training.trainer import train
 
@@ -122,16 +137,18 @@ def _train_on_processes(
     node_rank: int | None = None,
     master_addr: str | None = None,
     master_port: int | None = None,
+    rendezvous_timeout: float = 60.0,
+    save_folder: str = "",
 ) -> dict[str, Any]:
     """Composer's launcher over this node's `nproc` ranks -> the result its first rank wrote (a failed rank has
-    printed its `error:` line)."""
+    printed its `error:` line). A signal stops every process of the run on this node before this exits."""
     import json
     import os
     import tempfile
     from pathlib import Path
 
     from hbpe.training.launch import RESULT_FILE_ENV
-    from hbpe.training.launch_command import launch
+    from hbpe.training.launch_command import TrainingInterrupted, launch
 
     with tempfile.TemporaryDirectory(prefix="hbpe-train-") as tmp:
         result_file = Path(tmp, "result.json")
@@ -145,7 +162,16 @@ def _train_on_processes(
                 node_rank=node_rank,
                 master_addr=master_addr,
                 master_port=master_port,
+                rendezvous_timeout=rendezvous_timeout,
+                log_dir=tmp,
             )
+        except TrainingInterrupted as e:
+            click.echo(
+                f"error: {e}: stopped the {nproc} training processes on this node; the checkpoints saved before "
+                f"are in {save_folder} (continue with autoresume=true)",
+                err=True,
+            )
+            sys.exit(128 + e.signum)  # the shell's convention for "killed by signal N"
         finally:
             del os.environ[RESULT_FILE_ENV]
         if status != 0:

@@ -21,7 +21,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dat
 from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
 
 from hbpe.schemas.errors import ConfigError
-from hbpe.schemas.locations import STREAMING_SCHEMES, is_uri
+from hbpe.schemas.locations import SUPPORTED_SCHEMES, is_uri
 
 # model.io: the paper's model and its baselines, all trained from the same shards (training/schemes.py)
 IO_SCHEMES = ("hierarchical", "bpe", "bytes", "space", "entropy")
@@ -36,12 +36,12 @@ _TIME = re.compile(r"((?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)(" + "|".join(TIME_UNITS
 PRECISIONS = ("auto", "fp32", "amp_fp16", "amp_bf16")
 # composer.utils.device.get_device; tpu/neuron/hpu need torch_xla or Habana packages hbpe does not ship
 DEVICES = ("auto", "cpu", "gpu", "mps")
-# URI schemes mosaicml-streaming can read shards from (streaming.base.storage.download.DOWNLOADER_MAPPINGS);
-# `file://` is a local path and is read as one
-URI_SCHEMES = STREAMING_SCHEMES
+# URI schemes shards and tokenizers may be read from: the stores hbpe is tested against (streaming could read
+# more, see schemas/locations.py); `file://` is a local path and is read as one
+URI_SCHEMES = SUPPORTED_SCHEMES
 # URI schemes a save_folder may be in: Composer uploads the checkpoints there (its RemoteUploader's
 # backends: s3, gs, oci, sftp, libcloud, dbfs) and hbpe the run files (streaming's uploaders, as above)
-SAVE_FOLDER_SCHEMES = ("s3", "gs", "oci")
+SAVE_FOLDER_SCHEMES = SUPPORTED_SCHEMES  # oci too in Composer, but untested in hbpe (schemas/locations.py)
 # streaming 0.13's shuffle algorithms (streaming.base.shuffle.algos); py1e is its default
 SHUFFLE_ALGOS = ("py1e", "py1br", "py1s", "py2s", "naive")
 # Composer's experiment trackers a `loggers:` block can name (composer.loggers); training/loggers.py builds them
@@ -95,6 +95,7 @@ _EXAMPLES = {
     "model.entropy_model": "model.entropy_model=runs/bytes/latest-rank0.pt",
     "model.entropy_threshold": "model.entropy_threshold=1.5",
     "model.entropy_target_bytes": "model.entropy_target_bytes=4.5",
+    "model.entropy_model_sha256": "model.entropy_model_sha256=" + "0123456789abcdef" * 4,
     "fsdp": "'fsdp={version: 2}'",
     "load_path": "load_path=runs/train/latest-rank0.pt",
     "device_microbatch_size": "device_microbatch_size=4",
@@ -320,6 +321,24 @@ class _Section:
         return _example(type(self), f, _hints(type(self))[name])
 
 
+# Upper bounds of ModelConfig's sizes: far beyond any model hbpe trains (the largest published transformers
+# have widths near 25k, ffn near 100k, about 100 layers), yet finite, so that a config or an edited
+# hbpe_model.json (untrusted) cannot ask for hundreds of gigabytes; each is checked before anything is built.
+MODEL_SIZE_LIMITS: dict[str, int] = {
+    "latent_layers": 1024,
+    "latent_dim": 65536,
+    "latent_ffn": 262144,
+    "latent_heads": 1024,
+    "local_dim": 65536,
+    "local_ffn": 262144,
+    "local_heads": 1024,
+    "encoder_layers": 1024,
+    "decoder_layers": 1024,
+    "patch_max_bytes": 1024,  # byte patches of at most this many bytes (+ EOP): a local model's sequence
+    "max_patches": 1 << 20,  # the latent context
+}
+
+
 @dataclass(frozen=True)
 class ModelConfig(_Section):
     """Latent transformer + local encoder/decoder sizes. V' and S come from the tokenizer."""
@@ -349,13 +368,17 @@ class ModelConfig(_Section):
     entropy_threshold: float | None = None  # io=entropy: a patch starts where the entropy (nats) exceeds it ...
     entropy_target_bytes: float | None = None  # ... or the threshold reaching this mean patch length (hbpe train)
     entropy_bounded: bool = True  # io=entropy: split patches at patch_max_bytes (false: the unbounded variant)
+    # io=entropy: sha256 of the entropy model's weights as exported (hbpe train records it and copies the model
+    # into the run folder; eval, generate and export check the copy against it); given: the model must match it
+    entropy_model_sha256: str | None = None
 
     def __post_init__(self) -> None:
         self._check_fields()
-        sizes = [f.name for f in fields(self) if f.name.endswith(("_layers", "_dim", "_ffn", "_heads"))]
-        for name in sizes:  # every transformer needs a layer, a width and a head
+        for name, limit in MODEL_SIZE_LIMITS.items():  # at least a layer, a width and a head; at most the limit
             value = getattr(self, name)
             _check_range(f"model.{name}", value >= 1, value, "must be at least 1", self._example_of(name))
+            # an hbpe_model.json or hbpe_run.json is untrusted: a size is refused before any tensor is allocated
+            _check_range(f"model.{name}", value <= limit, value, f"must be at most {limit}", self._example_of(name))
         for name, heads in (("latent_dim", self.latent_heads), ("local_dim", self.local_heads)):
             dim = getattr(self, name)
             if dim % heads or (dim // heads) % 2:  # RoPE rotates pairs of channels within a head
@@ -366,8 +389,12 @@ class ModelConfig(_Section):
         _check_choice("model.pooling", self.pooling, ("mean", "eop"))
         _check_choice("model.conditioning", self.conditioning, ("prefix", "add"))
         _check_choice("model.io", self.io, IO_SCHEMES)
-        m = self.patch_max_bytes
-        _check_range("model.patch_max_bytes", m >= 1, m, "must be at least 1", "model.patch_max_bytes=6")
+        sha = self.entropy_model_sha256
+        if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise ConfigError(
+                f"model.entropy_model_sha256={sha}: not a sha256 (64 lowercase hex digits); leave it unset (hbpe "
+                f"train records it) or copy it from the entropy run's export; e.g. {self._example_of('entropy_model_sha256')}"
+            )
         if self.io == "entropy":
             if not self.entropy_model:
                 raise ConfigError(
@@ -385,9 +412,6 @@ class ModelConfig(_Section):
         )
         _check_range("model.dropout", 0 <= self.dropout < 1, self.dropout, "must be in [0, 1)", "model.dropout=0.1")
         _check_range("model.rope_theta", self.rope_theta > 0, self.rope_theta, "must be > 0", "model.rope_theta=10000")
-        _check_range(
-            "model.max_patches", self.max_patches >= 1, self.max_patches, "must be >= 1", "model.max_patches=4096"
-        )
 
 
 # The paper's sizes (latent / local), SPEC section 1; `tiny` trains on 2 CPU cores in minutes.

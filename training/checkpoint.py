@@ -34,8 +34,9 @@ import torch
 from hbpe.pipeline import storage
 from hbpe.schemas.errors import ArtifactError
 from hbpe.schemas.train_config import ModelConfig
+from hbpe.training.load_checks import check_tokenizer_shape, check_weight_shapes
 from hbpe.training.model import PatchLM, VocabSpec, build_model
-from hbpe.training.run_files import RUN_FILE, find_run_dir, read_run_files
+from hbpe.training.run_files import RUN_FILE, TOKENIZER_DIR, find_run_dir, read_run_files
 
 _FIX = "use a checkpoint written by `hbpe train` (its save folder's latest-rank0.pt)"
 
@@ -295,27 +296,49 @@ def load_model(path: str, *, device: str | torch.device = "cpu") -> tuple[PatchL
     folder, a save folder (its latest checkpoint, either kind), or a `hbpe export` directory;
     local, or in a bucket (copied into a temporary folder first: remote_checkpoint.py).
     Checkpoints build the model from `hbpe_run.json` beside them; an export from its own
-    `hbpe_model.json`. The model is whatever `build_model` builds from that config.
+    `hbpe_model.json`. The model is whatever `build_model` builds from that config, once the
+    description has been checked against the tokenizer and the weights (load_checks.py). An
+    io=entropy model's `cfg.entropy_model` then names the checked copy of its entropy model kept in
+    the run folder or the export (entropy_files.py).
     """
+    from hbpe.training.entropy_files import locate_entropy_model
     from hbpe.training.export import MODEL_FILE, load_exported
 
     if storage.is_remote(path):
         from hbpe.training.remote_checkpoint import localized
 
-        with localized(path) as (local, _, _):
-            return load_model(local, device=device)
+        with localized(path) as (local, tmp, root):
+            exported = Path(tmp, MODEL_FILE).is_file()
+            model, tok, meta = load_exported(local, device=device) if exported else _load_checkpoint(local, device)
+            # the entropy model's copy where it stays (the bucket's run folder or export), not in the temporary copy
+            source = storage.join(root, MODEL_FILE if exported else RUN_FILE)
+            model.cfg = locate_entropy_model(model.cfg, root, source=source)
+            return model, tok, meta
     p = Path(path)
     if p.is_dir() and (p / MODEL_FILE).is_file():
         return load_exported(p, device=device)
+    model, tok, meta = _load_checkpoint(path, device)
+    run = find_run_dir(str(resolve_checkpoint(path)))
+    model.cfg = locate_entropy_model(model.cfg, str(run), source=str(run / RUN_FILE))  # io=entropy: its checked copy
+    return model, tok, meta
+
+
+def _load_checkpoint(path: str, device: str | torch.device) -> tuple[PatchLM, Any, dict]:
+    """`load_model` of a local checkpoint (any kind but an export), its entropy model not yet located."""
     ckpt = resolve_checkpoint(path)
     meta, tok = read_run_files(str(ckpt))
+    run = find_run_dir(str(ckpt))
+    source = str(run / RUN_FILE)
     cfg = ModelConfig(**meta["model"])
-    model = build_model(cfg, VocabSpec.from_run_meta(meta, source=f"{find_run_dir(str(ckpt)) / RUN_FILE}"))
+    check_tokenizer_shape(meta, tok, source=source, tokenizer=str(run / TOKENIZER_DIR))
+    spec = VocabSpec.from_run_meta(meta, source=source)
     if ckpt.is_dir():  # latest-rank0.pt of an FSDP run with the sharded state dict (FSDP2's default)
         from hbpe.training.consolidate import read_sharded_model
 
         weights = read_sharded_model(ckpt)
     else:
         weights = _monolithic_weights(ckpt)
+    check_weight_shapes(cfg, spec, {k: v.shape for k, v in weights.items()}, source=str(ckpt), config=RUN_FILE)
+    model = build_model(cfg, spec)
     load_weights(model, weights, str(ckpt))
     return model.to(device).eval(), tok, meta

@@ -25,6 +25,10 @@ from hbpe.schemas.errors import ConfigError, one_line
 from hbpe.schemas.train_config import TrainConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+MAX_CONFIG_BYTES = 1 << 20  # the shipped configs are under 4 KB
+# values once every alias is expanded, as OmegaConf copies them: an anchor "bomb" of 7 levels of 9 aliases
+# holds 4.8M and took minutes and gigabytes (the shipped configs: about 100)
+MAX_YAML_NODES = 100_000
 
 
 def resolve_config_path(path: str) -> Path:
@@ -51,9 +55,66 @@ def _omega_problem(e: OmegaConfBaseException) -> str:
     return one_line(str(e).split("\n    full_key:", 1)[0])
 
 
-def _parse_value(raw: str) -> Any:
+_ALIAS_FIX = "write the values out, or use ${...} interpolation for a value used in several places"
+
+
+def load_yaml(text: str, source: str, *, fix: str = "write the values out") -> Any:
+    """yaml.safe_load, refusing a document that expands to more than MAX_YAML_NODES values or refers to itself.
+
+    PyYAML builds an alias as a second reference to one object (cheap), but everything after it copies
+    (OmegaConf, dataclasses, JSON): the bound is on the expanded size, counted on the composed node graph.
+    """
+    loader = yaml.SafeLoader(text)
     try:
-        return yaml.safe_load(raw)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        n = _expanded_size(node, source)
+        if n > MAX_YAML_NODES:
+            raise ConfigError(f"{source}: its YAML aliases (*name) expand to over {MAX_YAML_NODES:,} values; {fix}")
+        return loader.construct_document(node)
+    except RecursionError:
+        raise ConfigError(f"{source}: YAML nested too deeply; a config is a few levels of sections") from None
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(root: yaml.Node, source: str) -> int:
+    """Values in the document once every alias is copied (memoized on the shared nodes; ConfigError on a cycle)."""
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        kids = _children(node)
+        if children_done:
+            on_path.discard(key)
+            size[key] = min(1 + sum(size[id(k)] for k in kids), MAX_YAML_NODES + 1)
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            raise ConfigError(
+                f"{source}: a YAML alias (*name) inside the value it names (a loop); write the values out"
+            )
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in kids if id(k) not in size)
+    return size[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _parse_value(raw: str, item: str) -> Any:
+    try:
+        return load_yaml(raw, f"override {item!r}", fix=_ALIAS_FIX)
     except yaml.YAMLError:
         # text that is not a YAML scalar (`[0.9`, `a: b: c`) stays the text: the type check then says what fits
         return raw
@@ -78,7 +139,7 @@ def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
             if cur is not None and not isinstance(cur, (DictConfig, ListConfig)):
                 raise ConfigError(f"override {key}: {section} is {cur!r}, not a section; set {section}.KEY=VALUE only")
         try:
-            OmegaConf.update(cfg, key, _parse_value(raw), merge=False)
+            OmegaConf.update(cfg, key, _parse_value(raw, item), merge=False)
         except GrammarParseError as e:  # OmegaConf parses an interpolation as it is set
             raise ConfigError(f"override {item!r}: {_omega_problem(e)}; {_INTERPOLATION_HINT}") from None
         except OmegaConfBaseException as e:
@@ -155,7 +216,11 @@ def load_config(path: str, overrides: list[str] | None = None, *, check_paths: b
     """
     p = resolve_config_path(path)
     try:
-        d = yaml.safe_load(p.read_text(encoding="utf-8"))
+        with open(p, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{p}: over {MAX_CONFIG_BYTES >> 20} MB, not a training config; pass a YAML config file")
+        d = load_yaml(data.decode("utf-8"), str(p), fix=_ALIAS_FIX)
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: invalid YAML ({one_line(str(e))}); fix the file or pass a shipped config") from e
     except UnicodeDecodeError as e:

@@ -116,6 +116,7 @@ def consolidate_checkpoint(checkpoint: str, out: str | None = None, *, overwrite
     if storage.is_remote(checkpoint):
         return _consolidate_remote(checkpoint, out, overwrite=overwrite)
     t0 = time.perf_counter()
+    _refuse_export(Path(checkpoint))
     ckpt = resolve_checkpoint(checkpoint)
     if not ckpt.is_dir():
         raise ConfigError(
@@ -135,8 +136,10 @@ def consolidate_checkpoint(checkpoint: str, out: str | None = None, *, overwrite
         )
     if target.is_dir():
         raise ConfigError(f"--out {target} is a directory; pass a file name ending in .pt")
-    if target.exists() and not overwrite:
-        raise ConfigError(f"{target} exists; pass --overwrite to replace it, or choose another --out")
+    if target.exists() or target.is_symlink():
+        if not overwrite:
+            raise ConfigError(f"{target} exists; pass --overwrite to replace it, or choose another --out")
+        _check_replaceable(target, str(target))
     model, _, _ = load_model(str(ckpt))  # reassembled, and checked against hbpe_run.json
     weights = {f"model.{k}": v for k, v in model.state_dict().items()}  # tied tensors: one storage, saved once
     blob = {"state": {"model": weights}, "consolidated_from": ckpt.name}
@@ -151,13 +154,51 @@ def consolidate_checkpoint(checkpoint: str, out: str | None = None, *, overwrite
     }
 
 
+def _refuse_export(folder: Path) -> None:
+    """An export's weights are one file already (its `hbpe_model.json` also names no checkpoint to resolve)."""
+    from hbpe.training.export import MODEL_FILE, WEIGHTS_FILE
+
+    if folder.is_dir() and (folder / MODEL_FILE).is_file():
+        raise ConfigError(
+            f"{folder} is an `hbpe export` directory: its weights are already a single file ({WEIGHTS_FILE}), so "
+            "there is nothing to consolidate; eval, generate and export read it as it is"
+        )
+
+
+def _is_consolidated(path: Path) -> bool:
+    """Whether `path` is a file this command wrote: a weights-only checkpoint that records `consolidated_from`."""
+    from hbpe.training.checkpoint import safe_torch_load
+
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        blob = safe_torch_load(path, mmap=True)
+    except ArtifactError:
+        return False
+    return isinstance(blob, dict) and isinstance(blob.get("consolidated_from"), str) and set(blob) == _CONSOLIDATED
+
+
+_CONSOLIDATED = {"state", "consolidated_from"}  # the keys of what consolidate_checkpoint saves
+
+
+def _check_replaceable(local: Path, shown: str) -> None:
+    """--overwrite replaces an earlier consolidated file only: never the run's own files (hbpe_run.json, its
+    tokenizer, a checkpoint), which --out can name inside the run folder."""
+    if not _is_consolidated(local):
+        raise ConfigError(
+            f"--out {shown} exists and is not a consolidated checkpoint (hbpe checkpoint consolidate writes those): "
+            "--overwrite replaces only an earlier one; choose another --out, or omit it for the default name"
+        )
+
+
 def _consolidate_remote(checkpoint: str, out: str | None, *, overwrite: bool) -> dict[str, Any]:
     """`consolidate_checkpoint` of a bucket checkpoint: on its local copy (laid out as its run folder), then the
     file is uploaded to its place in the bucket's run folder."""
-    from hbpe.training.remote_checkpoint import localized
+    from hbpe.training.remote_checkpoint import CHECKPOINT_TIMEOUT, localized
 
     t0 = time.perf_counter()
     with localized(checkpoint) as (local, tmp, run_dir):
+        _refuse_export(Path(local))
         target = out or storage.join(run_dir, default_output(Path(local)).relative_to(tmp).as_posix())
         if not target.startswith(run_dir + "/"):
             raise ConfigError(
@@ -168,10 +209,15 @@ def _consolidate_remote(checkpoint: str, out: str | None, *, overwrite: bool) ->
         listed = storage.list_dir(parent)
         if any(n.startswith(name + "/") for n in listed):
             raise ConfigError(f"--out {target} is a folder in the bucket; pass a file name ending in .pt")
-        if name in listed and not overwrite:
-            raise ConfigError(f"{target} exists; pass --overwrite to replace it, or choose another --out")
-        local_out = os.path.join(tmp, *target[len(run_dir) + 1 :].split("/"))
+        if name in listed:
+            if not overwrite:
+                raise ConfigError(f"{target} exists; pass --overwrite to replace it, or choose another --out")
+            existing = os.path.join(tmp, ".hbpe-existing", name)  # the object itself, beside the run's local copy
+            storage.localize_dir(parent, [name], into=os.path.dirname(existing), timeout=CHECKPOINT_TIMEOUT)
+            _check_replaceable(Path(existing), target)
+        # written under a fresh name in the local copy of the run folder, whatever the run's objects are called
+        local_out = os.path.join(tmp, ".hbpe-consolidated", name)
         os.makedirs(os.path.dirname(local_out), exist_ok=True)
-        summary = consolidate_checkpoint(local, local_out, overwrite=True)
+        summary = consolidate_checkpoint(local, local_out)
         storage.upload_file(local_out, target)
     return {**summary, "checkpoint": checkpoint, "out": target, "seconds": round(time.perf_counter() - t0, 3)}

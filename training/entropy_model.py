@@ -1,7 +1,8 @@
 """Next-byte entropies from a small byte-level LM, for entropy patching (as in BLT).
 
 No pretrained entropy model is reachable offline, so ours is an hbpe model trained with
-`model.io=bytes` on the same shards; `model.entropy_model` names its checkpoint. Entropies
+`model.io=bytes` on the same shards; `model.entropy_model` names its checkpoint (kept with the
+run and its exports, and checked, by entropy_files.py). Entropies
 are computed in the loader, batch by batch, where the byte model is a few percent of a
 training step at the mini sizes (README: `hbpe bench train` per scheme); a shard column
 would fix the entropy model and threshold at conversion time, which an experiment sweeps.
@@ -13,8 +14,11 @@ value is written into the run's model config, so eval and generation cut the sam
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,29 +31,42 @@ log = logging.getLogger(__name__)
 
 
 class EntropyModel:
-    """A `bytes`-scheme PatchLM used read-only to score next-byte entropies."""
+    """A `bytes`-scheme PatchLM used read-only to score next-byte entropies.
 
-    def __init__(self, model: torch.nn.Module, *, source: str) -> None:
+    `source` is where it was loaded from (resolved: absolute, or a URI) and `tok` its tokenizer, which
+    entropy_files.py writes with it into a run folder or an export.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, source: str, tok: Any = None) -> None:
         if getattr(model.cfg, "io", None) != "bytes":
             raise ConfigError(
                 f"model.entropy_model={source} is a model.io={model.cfg.io} checkpoint; entropy patching needs a "
                 "byte-level model: train one with model.io=bytes on the same shards and name its checkpoint"
             )
-        self.model, self.source = model.eval(), source
+        self.model, self.source, self.tok = model.eval(), source, tok
         self.device = next(model.parameters()).device
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        """Its fingerprint: the sha256 of its weights as `hbpe export` writes them (model.entropy_model_sha256)."""
+        from hbpe.training.export import weights_sha256
+
+        return weights_sha256(self.model)
 
     @classmethod
     def load(cls, checkpoint: str, *, device: str = "cpu") -> EntropyModel:
+        from hbpe.pipeline import storage
         from hbpe.training.checkpoint import load_model
 
-        try:
-            model, _, _ = load_model(checkpoint, device=device)
-        except FileNotFoundError:
+        # resolved once: relative to the directory `hbpe train` runs in, never to where the run is read later
+        where = checkpoint if storage.is_remote(checkpoint) else str(Path(checkpoint).resolve())
+        if not storage.is_remote(checkpoint) and not Path(where).exists():
             raise ArtifactError(
-                f"model.entropy_model={checkpoint}: no such checkpoint; train the byte-level entropy model first "
-                "(hbpe train ... model.io=bytes) and name its .pt file"
-            ) from None
-        return cls(model, source=checkpoint)
+                f"model.entropy_model={checkpoint}: no such checkpoint (looked for {where}); train the byte-level "
+                "entropy model first (hbpe train ... model.io=bytes) and name its save folder or .pt file"
+            )
+        model, tok, _ = load_model(where, device=device)
+        return cls(model, source=where, tok=tok)
 
     @torch.no_grad()
     def entropies(self, units: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -15,6 +15,20 @@ from hbpe.training.patch_io import IGNORE, cross_entropy_sum
 from hbpe.training.schemes import build_scheme
 
 
+def check_finite_bpb(
+    bpb: float,
+    what: str,
+    *,
+    fix: str = "evaluate an earlier checkpoint, or train again (a lower optim.lr, more warmup)",
+) -> None:
+    """A NaN or infinite BPB is an error, never a result (damaged weights gave `BPB nan` with rc 0)."""
+    if not math.isfinite(bpb):
+        raise ArtifactError(
+            f"{what}: bits per byte is {bpb}: the model's outputs are not finite, so its weights are damaged or "
+            f"its training diverged; {fix}"
+        )
+
+
 @torch.inference_mode()
 def evaluate(
     checkpoint: str,
@@ -79,8 +93,10 @@ def evaluate(
             "is undefined; evaluate on shards of documents with text (`hbpe shards stats` shows their bytes)"
             + (" or raise --max-batches" if max_batches is not None else "")
         )
+    bpb = nll / math.log(2) / nbytes
+    check_finite_bpb(bpb, f"{checkpoint} on {data}")
     return {
-        "bpb": nll / math.log(2) / nbytes,
+        "bpb": bpb,
         "loss_per_symbol": nll / max(symbols, 1),
         "bytes_per_patch": nbytes / max(text_patches, 1),
         "symbols_per_patch": symbols / max(text_patches, 1),  # predicted symbols (EOD patches included)

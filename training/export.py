@@ -2,10 +2,18 @@
 
     DIR/model.safetensors   every weight once (safetensors stores no shared tensors, runs no code)
     DIR/hbpe_model.json     format and version, the model config, the tokenizer's shape
-                            (vocab_size, max_patch_size, n_vocab) and fingerprint, the tied
-                            weights, where it came from; written last: its presence marks a
-                            complete export
+                            (vocab_size, max_patch_size, n_vocab) and fingerprint, the sha256 of
+                            model.safetensors, the tied weights, where it came from; written
+                            last: its presence marks a complete export
     DIR/tokenizer/          the tokenizer artifact the model was trained with
+    DIR/entropy_model/      io=entropy only: the byte-level model that cuts its patches, an export
+                            itself (entropy_files.py), checked against model.entropy_model_sha256
+
+Loading checks everything before it builds anything (an export is untrusted): the sizes are
+bounded (ModelConfig), the tokenizer must have the shape the description names, the weights file
+its sha256 (a flipped bit gave a NaN or a silently wrong BPB), and its header the shapes of the
+described model (load_checks.py). An export written before the sha256 was recorded loads with a
+warning.
 
 Tied weights: the BPE baseline's head is its embedding matrix, and the hierarchical model's
 encoder and decoder read one symbol table. `state_dict()` lists such a tensor under each
@@ -17,7 +25,9 @@ name; the export stores it under the first and records `{alias: stored name}` in
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -33,12 +43,15 @@ from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.model import PatchLM, VocabSpec, build_model
 
+log = logging.getLogger(__name__)
+
 EXPORT_FORMAT = "hbpe-model"
 EXPORT_VERSION = 1
 MODEL_FILE = "hbpe_model.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_DIR = "tokenizer"
-_OURS = (MODEL_FILE, WEIGHTS_FILE, TOKENIZER_DIR)
+ENTROPY_DIR = "entropy_model"  # io=entropy: its entropy model, an export itself (entropy_files.py)
+_OURS = (MODEL_FILE, WEIGHTS_FILE, TOKENIZER_DIR, ENTROPY_DIR)
 
 
 def tied_weights(model: torch.nn.Module) -> dict[str, str]:
@@ -59,18 +72,58 @@ def tied_weights(model: torch.nn.Module) -> dict[str, str]:
     return tied
 
 
+def export_weights(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(the tensors an export stores: each once, on the CPU, {alias: stored name} of the tied ones)."""
+    tied = tied_weights(model)
+    weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in tied}
+    return weights, tied
+
+
+def weights_sha256(model: torch.nn.Module) -> str:
+    """The sha256 of the model.safetensors `write_export` writes for `model`, computed in memory.
+
+    safetensors writes the same bytes for the same tensors (its header lists them in a fixed order),
+    so this is a fingerprint of the weights themselves: entropy_files.py records it for a run's
+    entropy model, which its export copy must then match.
+    """
+    from safetensors.torch import save
+
+    return hashlib.sha256(save(export_weights(model)[0], metadata={"format": EXPORT_FORMAT})).hexdigest()
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _refuse_out(out: str, names: set[str], has_description: bool, *, overwrite: bool, kind: str) -> None:
+    """`--out` (a folder or a bucket prefix holding `names`) takes an export only when it is empty, or, with
+    --overwrite, holds an earlier export, complete or cut short (no hbpe_model.json: an interrupted export),
+    and nothing else."""
+    if not names:
+        return
+    others = sorted(names - set(_OURS))
+    if others:
+        raise ConfigError(
+            f"--out {out} holds {kind} hbpe export did not write ({', '.join(others[:3])}); choose an empty or new "
+            f"{'prefix' if kind == 'objects' else 'directory'}"
+        )
+    if overwrite:
+        return
+    if not has_description:
+        raise ConfigError(
+            f"--out {out} holds an incomplete export (no {MODEL_FILE}: an export was interrupted); pass --overwrite "
+            "to replace it"
+        )
+    raise ConfigError(f"--out {out} already holds an export; pass --overwrite to replace it")
+
+
 def _check_out(out: Path, *, overwrite: bool) -> None:
     """An export goes into a new or empty folder; --overwrite replaces an earlier export and nothing else."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; pass a directory for the export")
-    if not out.is_dir() or not any(out.iterdir()):
-        return
-    others = sorted(p.name for p in out.iterdir() if p.name not in _OURS)
-    if not (out / MODEL_FILE).is_file() or others:
-        what = f"files hbpe export did not write ({', '.join(others[:3])})" if others else "an incomplete export"
-        raise ConfigError(f"--out {out} holds {what}; choose an empty or new directory")
-    if not overwrite:
-        raise ConfigError(f"--out {out} already holds an export; pass --overwrite to replace it")
+    names = {p.name for p in out.iterdir()} if out.is_dir() else set()
+    _refuse_out(str(out), names, (out / MODEL_FILE).is_file(), overwrite=overwrite, kind="files")
 
 
 def write_file_atomic(path: Path, write: Callable[[str], None]) -> None:
@@ -107,27 +160,22 @@ def export_model(checkpoint: str, out: str, *, overwrite: bool = False) -> dict[
     else:
         with tempfile.TemporaryDirectory(prefix="hbpe-export-") as tmp:
             summary = {**write_export(model, tok, tmp, source=source), "out": out}
-            _upload_export(tmp, out)
+            upload_export(tmp, out)
     return {"checkpoint": checkpoint, **summary, "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def _check_remote_out(out: str, *, overwrite: bool) -> None:
-    """`_check_out` for a bucket prefix: new or empty, or an earlier export with --overwrite."""
-    names = {name.split("/", 1)[0] for name in storage.list_dir(out)}
-    if not names:
-        return
-    others = sorted(names - set(_OURS))
-    if MODEL_FILE not in names or others:
-        what = f"objects hbpe export did not write ({', '.join(others[:3])})" if others else "an incomplete export"
-        raise ConfigError(f"--out {out} holds {what}; choose an empty or new prefix")
-    if not overwrite:
-        raise ConfigError(f"--out {out} already holds an export; pass --overwrite to replace it")
+    """`_check_out` for a bucket prefix: new or empty, or an earlier (or interrupted) export with --overwrite."""
+    listed = storage.list_dir(out)
+    names = {name.split("/", 1)[0] for name in listed}
+    _refuse_out(out, names, MODEL_FILE in listed, overwrite=overwrite, kind="objects")
 
 
-def _upload_export(local: str, out: str) -> None:
+def upload_export(local: str, out: str) -> None:
     """The export in `local` to bucket prefix `out`, hbpe_model.json last (as locally: its presence marks a
     complete export). A bucket cannot rename: an interrupted --overwrite leaves the old description beside
-    some new files, which `load_exported` refuses (fingerprint or weights mismatch) rather than misreads."""
+    some new files, which `load_exported` refuses (the weights' sha256, the tokenizer's fingerprint) rather
+    than misreads, and which --overwrite then replaces."""
     description = Path(local, MODEL_FILE)
     text = description.read_bytes()
     description.unlink()
@@ -136,36 +184,40 @@ def _upload_export(local: str, out: str) -> None:
 
 
 def write_export(model: PatchLM, tok: Any, out: str, *, source: dict[str, Any], overwrite: bool = False) -> dict:
-    """A built model and its tokenizer -> the export directory `out` (weights, then tokenizer, then description)."""
+    """A built model and its tokenizer -> the export directory `out` (weights, then tokenizer, an io=entropy
+    model's entropy model, then the description)."""
     from safetensors.torch import save_file
 
     from hbpe.pipeline.tokenizer import artifact
+    from hbpe.training.entropy_files import copy_entropy_model, entropy_of
+    from hbpe.training.load_checks import tokenizer_shape
 
     dest = Path(out)
     _check_out(dest, overwrite=overwrite)
-    tied = tied_weights(model)
-    weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in tied}
-    spec = {
-        "vocab_size": tok.vocab_size,
-        "max_patch_size": tok.max_patch_size,
-        "n_vocab": tok.encoding.max_token_value + 1,
-    }
-    info = {
-        "format": EXPORT_FORMAT,
-        "version": EXPORT_VERSION,
-        "model": dataclasses.asdict(model.cfg),
-        **spec,
-        "tokenizer_fingerprint": tok.fingerprint,
-        "tied": tied,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "source": source,
-    }
+    weights, tied = export_weights(model)
+    entropy = entropy_of(model.cfg) if model.cfg.io == "entropy" else None  # before `dest` changes
     dest.mkdir(parents=True, exist_ok=True)
     (dest / MODEL_FILE).unlink(missing_ok=True)  # an interrupted overwrite leaves no complete-looking export
     write_file_atomic(dest / WEIGHTS_FILE, lambda p: save_file(weights, p, metadata={"format": EXPORT_FORMAT}))
     if (dest / TOKENIZER_DIR).exists():
         shutil.rmtree(dest / TOKENIZER_DIR)
     artifact.save(tok, dest / TOKENIZER_DIR)
+    cfg = model.cfg
+    if (dest / ENTROPY_DIR).exists():
+        shutil.rmtree(dest / ENTROPY_DIR)  # an earlier export's (--overwrite checked the folder holds only ours)
+    if entropy is not None:  # self-contained: the model that cuts its patches comes along, fingerprinted
+        cfg = copy_entropy_model(cfg, entropy, str(dest / ENTROPY_DIR))
+    info = {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "model": dataclasses.asdict(cfg),
+        **tokenizer_shape(tok),
+        "tokenizer_fingerprint": tok.fingerprint,
+        "weights_sha256": file_sha256(dest / WEIGHTS_FILE),
+        "tied": tied,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "source": source,
+    }
     text = json.dumps(info, indent=2, sort_keys=True) + "\n"
     write_file_atomic(dest / MODEL_FILE, lambda p: Path(p).write_text(text))
     return {
@@ -174,6 +226,7 @@ def write_export(model: PatchLM, tok: Any, out: str, *, source: dict[str, Any], 
         "tied": tied,
         "parameters": info["parameters"],
         "bytes": (dest / WEIGHTS_FILE).stat().st_size,
+        "weights_sha256": info["weights_sha256"],
     }
 
 
@@ -193,7 +246,45 @@ def _read_info(folder: Path) -> dict[str, Any]:
     for key, kind in (("model", dict), ("tied", dict), ("tokenizer_fingerprint", str)):
         if not isinstance(info.get(key), kind):
             raise ArtifactError(f"{path}: field {key!r} is missing or not a {kind.__name__}; re-export the model")
+    sha = info.get("weights_sha256")
+    if sha is not None and not (isinstance(sha, str) and len(sha) == 64):
+        raise ArtifactError(f"{path}: field 'weights_sha256' is not a sha256 ({sha!r:.80}); re-export the model")
     return info
+
+
+def _check_weights_file(folder: Path, info: dict[str, Any]) -> None:
+    """model.safetensors has the sha256 hbpe_model.json records (flipped bits gave a NaN or a wrong BPB, rc 0)."""
+    path = folder / WEIGHTS_FILE
+    if not path.is_file():
+        raise ArtifactError(f"{path} is missing; re-export the model with `hbpe export`")
+    expected = info.get("weights_sha256")
+    if expected is None:
+        log.warning(
+            "%s records no sha256 of %s (written by an older hbpe): its weights are loaded unverified; export the "
+            "model again to record it",
+            folder / MODEL_FILE,
+            WEIGHTS_FILE,
+        )
+        return
+    actual = file_sha256(path)
+    if actual != expected:
+        raise ArtifactError(
+            f"{path} does not match the sha256 recorded in {MODEL_FILE} ({actual[:12]}... instead of "
+            f"{expected[:12]}...): the weights were changed or damaged after the export; re-export the model with "
+            "`hbpe export` (or restore the folder from a copy)"
+        )
+
+
+def _header_shapes(path: Path) -> dict[str, list[int]]:
+    """{name: shape} from a safetensors file's header, without reading a tensor."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            names = f.keys()  # safe_open is not iterable
+            return {k: f.get_slice(k).get_shape() for k in names}
+    except (SafetensorError, OSError) as e:
+        raise ArtifactError(f"{path} is missing or corrupt ({e}); re-export the model") from None
 
 
 def load_exported(folder: str | os.PathLike, *, device: str | torch.device = "cpu") -> tuple[PatchLM, Any, dict]:
@@ -203,6 +294,8 @@ def load_exported(folder: str | os.PathLike, *, device: str | torch.device = "cp
 
     from hbpe.pipeline.tokenizer import artifact
     from hbpe.training.checkpoint import load_weights
+    from hbpe.training.entropy_files import locate_entropy_model
+    from hbpe.training.load_checks import check_tokenizer_shape, check_weight_shapes
 
     folder = Path(folder)
     info = _read_info(folder)
@@ -211,22 +304,30 @@ def load_exported(folder: str | os.PathLike, *, device: str | torch.device = "cp
         raise ArtifactError(f"{folder}/{TOKENIZER_DIR} does not match {MODEL_FILE}: the export was modified")
     source = str(folder / MODEL_FILE)
     try:
-        cfg = ModelConfig(**info["model"])
+        cfg = ModelConfig(**info["model"])  # every size bounded
     except (TypeError, ConfigError) as e:
         raise ArtifactError(f"{source}: model config does not fit this hbpe ({e}); re-export the model") from None
-    model = build_model(cfg, VocabSpec.from_run_meta(info, source=source))
+    check_tokenizer_shape(info, tok, source=source, tokenizer=str(folder / TOKENIZER_DIR))
+    spec = VocabSpec.from_run_meta(info, source=source)
     weights_path = folder / WEIGHTS_FILE
+    _check_weights_file(folder, info)
+    shapes = _header_shapes(weights_path)
+    for alias, name in info["tied"].items():
+        if not isinstance(name, str) or name not in shapes or alias in shapes:
+            raise ArtifactError(f"{source}: tied weight {alias!r} -> {name!r} does not match {WEIGHTS_FILE}")
+        shapes[alias] = shapes[name]
+    check_weight_shapes(cfg, spec, shapes, source=str(weights_path), config=MODEL_FILE)  # before any allocation
     try:
         weights = load_file(weights_path)
     except (SafetensorError, OSError) as e:
         raise ArtifactError(f"{weights_path} is missing or corrupt ({e}); re-export the model") from None
     for alias, name in info["tied"].items():
-        if name not in weights or alias in weights:
-            raise ArtifactError(f"{source}: tied weight {alias!r} -> {name!r} does not match {WEIGHTS_FILE}")
         weights[alias] = weights[name]
+    model = build_model(cfg, spec)
     load_weights(model, weights, str(weights_path), config=MODEL_FILE)
     if tied_weights(model) != info["tied"]:  # e.g. tie_embeddings edited in the config
         raise ArtifactError(
             f"{source}: the model it describes ties {tied_weights(model)}, the export {info['tied']}; re-export the model"
         )
+    model.cfg = locate_entropy_model(cfg, str(folder.absolute()), source=source)  # io=entropy: its checked copy
     return model.to(device).eval(), tok, info

@@ -93,12 +93,51 @@ def read_run_files(checkpoint: str) -> tuple[dict[str, Any], HierarchicalTokeniz
     """(hbpe_run.json, the run's tokenizer) of a local or bucket checkpoint, checked against each other."""
     if storage.is_remote(checkpoint):
         d = find_remote_run_dir(checkpoint)
-        meta = json.loads(storage.read_bytes(storage.join(d, RUN_FILE)))
+        meta = parse_run_file(storage.read_bytes(storage.join(d, RUN_FILE)), storage.join(d, RUN_FILE))
         tok = artifact.load(storage.join(d, TOKENIZER_DIR))
     else:
         d = find_run_dir(checkpoint)
-        meta = json.loads((d / RUN_FILE).read_text())
+        meta = parse_run_file((d / RUN_FILE).read_bytes(), str(d / RUN_FILE))
         tok = artifact.load(d / TOKENIZER_DIR)
     if tok.fingerprint != meta["tokenizer_fingerprint"]:
         raise ArtifactError(f"{d}/{TOKENIZER_DIR} does not match {RUN_FILE}: the run folder was modified")
     return meta, tok
+
+
+# what eval, generate and export read from hbpe_run.json (VocabSpec.from_run_meta range-checks the three sizes)
+_REQUIRED = {"model": dict, "tokenizer_fingerprint": str, "vocab_size": int, "max_patch_size": int, "n_vocab": int}
+_KIND = {dict: "an object", str: "a string", int: "an integer"}
+
+
+def parse_run_file(raw: bytes, source: str) -> dict[str, Any]:
+    """The contents of an `hbpe_run.json` (untrusted: edited, cut short, replaced), or one ArtifactError naming it.
+
+    Invalid JSON, `[]`, `{}`, a missing or mistyped key and a model config this hbpe cannot build
+    each say so, instead of a JSONDecodeError, TypeError or KeyError from the first reader.
+    """
+    from hbpe.schemas.errors import ConfigError
+
+    def damaged(why: str) -> ArtifactError:
+        return ArtifactError(
+            f"{source} is not a readable {RUN_FILE} ({why}); `hbpe train` writes it beside the checkpoints: restore "
+            "it from a copy of the run, or pass the checkpoint of an intact run or an `hbpe export` directory"
+        )
+
+    try:
+        meta = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise damaged(f"invalid JSON: {e}") from None
+    if not isinstance(meta, dict):
+        kind = {list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(meta), "number")
+        raise damaged(f"a JSON {kind}, not an object")
+    missing = [k for k in _REQUIRED if k not in meta]
+    if missing:
+        raise damaged(f"no {', '.join(missing)}")
+    wrong = [k for k, kind in _REQUIRED.items() if not isinstance(meta[k], kind) or isinstance(meta[k], bool)]
+    if wrong:
+        raise damaged("; ".join(f"{k} is {json.dumps(meta[k])[:40]}, expected {_KIND[_REQUIRED[k]]}" for k in wrong))
+    try:
+        ModelConfig.from_dict(meta["model"])
+    except ConfigError as e:
+        raise damaged(f"its model config does not fit this hbpe: {e}") from None
+    return meta

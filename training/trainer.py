@@ -19,7 +19,9 @@ from hbpe.training.save_folder import (  # re-exported: the save-folder checks a
     check_save_folder,
     clear_previous_run,
     latest_checkpoint,
+    set_aside_incomplete,
 )
+from hbpe.training.stream_cache import release as release_cache
 from hbpe.training.throughput import ThroughputMeter
 
 if TYPE_CHECKING:
@@ -171,16 +173,21 @@ def resolve_entropy_threshold(cfg: TrainConfig, tok: HierarchicalTokenizer) -> t
 
     A threshold asked for as a mean patch length is chosen on the training shards and written
     into the config: hbpe_run.json records it for eval and generation, and autoresume, which
-    chooses it again from the same samples, finds the same value.
+    chooses it again from the same samples, finds the same value. So are the entropy model's
+    resolved path and fingerprint (entropy_files.py: the run keeps a checked copy of it).
     """
     import dataclasses
 
     model_cfg = cfg.model_config
     if model_cfg.io != "entropy":
         return cfg, None
+    from hbpe.training.entropy_files import resolve_entropy_model
     from hbpe.training.entropy_model import EntropyModel, threshold_on_shards
 
     entropy = EntropyModel.load(model_cfg.entropy_model)
+    resolved = resolve_entropy_model(model_cfg, entropy)
+    recorded = {"entropy_model": resolved.entropy_model, "entropy_model_sha256": resolved.entropy_model_sha256}
+    cfg = dataclasses.replace(cfg, model={**cfg.model, **recorded})
     if model_cfg.entropy_threshold is not None:
         return cfg, entropy
     threshold = threshold_on_shards(model_cfg, tok, cfg.data.train_sources[0], entropy)
@@ -196,25 +203,31 @@ def _cache_root(cfg: TrainConfig) -> str:
     return os.path.join(root, f"node{dist.get_node_rank()}") if nodes > 1 else root
 
 
-def _stream_cache(root: str, remote: str) -> str:
-    """A stream's cache folder, named by its remote (not its position: reordering streams keeps the caches)."""
-    import hashlib
+def _claim_cache(cfg: TrainConfig) -> None:
+    """This node's stream cache for this run alone (stream_cache.claim), with the fix for where its root came from."""
+    from hbpe.training.stream_cache import claim
 
-    name = os.path.basename(remote.rstrip("/")) or "stream"
-    return os.path.join(root, "train-streams", f"{name}-{hashlib.sha256(remote.encode()).hexdigest()[:10]}")
+    if cfg.data.cache_dir:
+        fix = "set data.cache_dir to a folder of its own"
+    elif storage.is_remote(cfg.save_folder):  # caches and logs under runs/<run_name>: the default name collides
+        fix = f"set run_name to a name of its own, e.g. run_name={cfg.run_name}-2 (its caches go to runs/<run_name>)"
+    else:
+        fix = "set save_folder to a folder of its own"
+    claim(_cache_root(cfg), run_name=cfg.run_name, save_folder=cfg.save_folder, fix=fix)
 
 
 def train_streams(cfg: TrainConfig, train_manifests: list[Any]) -> list[Any]:
     """data.train or data.streams as StreamSpecs (with their manifests) cached under the run's stream cache."""
     from hbpe.training.data import StreamSpec
+    from hbpe.training.stream_cache import stream_cache
 
     root = _cache_root(cfg)
     if not cfg.data.streams:
-        return [StreamSpec(cfg.data.train, os.path.join(root, "train"), manifest=train_manifests[0])]
+        return [StreamSpec(cfg.data.train, stream_cache(root, cfg.data.train, "train"), manifest=train_manifests[0])]
     return [
         StreamSpec(
             s.remote,
-            s.local or _stream_cache(root, s.remote),
+            s.local or stream_cache(root, s.remote, "train-streams"),
             proportion=s.proportion,
             repeat=s.repeat,
             choose=s.choose,
@@ -270,6 +283,7 @@ def _dataloaders(
     """(train, eval or None) StreamingDataset loaders; each checks its shards against `tok` first."""
     from hbpe.training.data import StreamSpec, build_dataloader, read_manifest, stream_source
     from hbpe.training.schemes import build_scheme
+    from hbpe.training.stream_cache import stream_cache
 
     def scheme(streams: list[Any]) -> Any:
         derive = stream_source(streams, tok).derive
@@ -291,7 +305,7 @@ def _dataloaders(
     )
     if not (eval_enabled and d.eval):
         return train_dl, None
-    held = [StreamSpec(d.eval, os.path.join(_cache_root(cfg), "eval"), manifest=read_manifest(d.eval))]
+    held = [StreamSpec(d.eval, stream_cache(_cache_root(cfg), d.eval, "eval"), manifest=read_manifest(d.eval))]
     eval_dl = build_dataloader(
         held,
         tok,
@@ -377,16 +391,17 @@ def _trainer_kwargs(
 
 
 def _load_kwargs(cfg: TrainConfig, resume_from: str | None) -> dict[str, Any]:
-    """Composer's autoresume and load_path.
+    """Composer's load_path: what autoresume continues, or the config's load_path.
 
-    A bucket save folder's resume is found here (`latest_checkpoint`) and handed to Composer as a
-    load_path, which it downloads into a temporary folder and loads as autoresume would: its own
-    autoresume would download the checkpoint into a local folder named after the URI
-    (`./s3:/bucket/run/latest-rank0.pt`).
+    hbpe finds the resume point itself (`latest_checkpoint`: the newest complete checkpoint) and
+    hands it to Composer as a load_path, which Composer loads as its autoresume would. Composer's own
+    autoresume follows `latest-rank0.pt`, which a kill between saving a checkpoint and moving the
+    symlink leaves behind; in a bucket it would also download the checkpoint into a local folder
+    named after the URI (`./s3:/bucket/run/latest-rank0.pt`).
     """
-    if cfg.autoresume and storage.is_remote(cfg.save_folder):
+    if cfg.autoresume:
         return {"autoresume": False, "load_path": resume_from or cfg.load_path}
-    return {"autoresume": cfg.autoresume, "load_path": cfg.load_path}
+    return {"autoresume": False, "load_path": cfg.load_path}
 
 
 def _poll_uploads_often(trainer: Any) -> None:
@@ -432,6 +447,8 @@ def build_run(
     check_samples(cfg, epoch_samples(train_streams(cfg, train_manifests), cfg.data.epoch_size), world=world)
     check_canonical_nodes(cfg, nodes=world // dist.get_local_world_size())
     seq_len = train_manifests[0].seq_len  # the same for every stream (data.stream_source checks it)
+    if dist.get_local_rank() == 0:  # the rank that fills this node's cache; the others only read it
+        _claim_cache(cfg)
     train_dl, eval_dl = _dataloaders(
         cfg, tok, train_manifests, device_batch=device_batch, eval_enabled=eval_enabled, entropy_model=entropy_model
     )
@@ -469,6 +486,8 @@ def build_run(
     if save_enabled and dist.get_global_rank() == 0:
         if cfg.save_overwrite:
             clear_previous_run(cfg.save_folder)
+        elif cfg.autoresume:
+            set_aside_incomplete(cfg.save_folder, resume_from)  # a cut-short checkpoint's name would stop fit()
         write_run_files(
             cfg.save_folder,
             model_cfg=cfg.model_config,
@@ -477,6 +496,10 @@ def build_run(
             train_config=cfg.to_dict(),
             derived_tokenizer=derived,
         )
+        if entropy_model is not None:  # the run keeps the entropy model it is trained with (entropy_files.py)
+            from hbpe.training.entropy_files import save_entropy_copy
+
+            save_entropy_copy(entropy_model, cfg.save_folder)
     if save_enabled:
         dist.barrier()  # no rank saves a checkpoint before rank 0 has cleared the old run
     counts = parameter_counts(model)
@@ -505,6 +528,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     wall = time.perf_counter() - t
     metrics = {f"{k}": float(v.compute()) for k, v in run.trainer.state.eval_metrics.get("eval", {}).items()}
     run.trainer.close()
+    release_cache(_cache_root(cfg))  # the next run may take the cache (the process's end would release it too)
     return {
         **run.info,
         "wall_s": wall,

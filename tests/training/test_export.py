@@ -134,9 +134,13 @@ def test_a_modified_export_is_refused(exported, tmp_path):
     (copy / MODEL_FILE).write_text(json.dumps(info))
     with pytest.raises(ArtifactError, match=r"has version 2; this hbpe reads version 1"):
         load_model(str(copy))
-    copy, _ = _edited(exported, tmp_path, "truncated")
+    copy, info = _edited(exported, tmp_path, "truncated")
     data = (copy / WEIGHTS_FILE).read_bytes()
     (copy / WEIGHTS_FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(ArtifactError, match=r"model.safetensors does not match the sha256 recorded in hbpe_model.json"):
+        load_model(str(copy))
+    del info["weights_sha256"]  # as an older export: safetensors itself finds the damage
+    (copy / MODEL_FILE).write_text(json.dumps(info))
     with pytest.raises(ArtifactError, match=r"model.safetensors is missing or corrupt"):
         load_model(str(copy))
     copy, info = _edited(exported, tmp_path, "wider")

@@ -27,7 +27,7 @@ MINI = dict(
     decoder_layers=3,
 )
 GPT2 = {"gpt2": FirstStageSpec(encoding="gpt2")}
-LLAMA3 = {"llama3": FirstStageSpec(encoding="../shared/data/ranks/llama3.tiktoken", pattern="llama3")}
+LLAMA3 = {"llama3": FirstStageSpec(encoding="${HBPE_SHARED_DATA}/ranks/llama3.tiktoken", pattern="llama3")}
 
 
 def _run(name: str, io: str, fs: str = "gpt2", sizes: dict | None = None, **kw: Any) -> RunSpec:
@@ -125,7 +125,50 @@ def s_ablation_mini(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...])
     )
 
 
-def _paper(name: str, size: str, lr: float, description: str) -> Callable[..., ExperimentSpec]:
+CROSSOVER_VOCAB = 4096
+
+
+def crossover_mini(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
+    """Does the gap between BPE and BPE-patch close with data? Curves long enough to fit its trend.
+
+    An in-house 4K first stage trained on the en-sotu split: its embedding (4,098 x 96 = 0.39M)
+    is 0.89 of the 0.44M latent, where gpt2's 50K at mini width would be 11x the latent (the
+    paper's small model: 38.6M against 85M, 0.45), at 4.5 bytes per token (the paper's 4.1).
+    The mini latent and local sizes, the constant schedule (every curve point a valid budget),
+    3 seeds, 20 curve points. 1,200 batches of 8 x 128 tokens = 1.2M tokens, about 5.3 MB of
+    text (4.3 bytes per token on this split): 0.55 of a pass over the 9.7 MB training split.
+    1,200 rather than a full pass (2,000) for the wall time: measured on 2 shared cores with one
+    torch thread (OMP_NUM_THREADS=1; two threads on busy cores ran 2.5-14x slower), BPE takes
+    0.23 s and BPE-patch 0.99 s per batch, evaluations included: 3 x 1,200 x 1.22 s = 73
+    minutes, against 2 hours for 2,000. The fit's range in decades of bytes does not depend on
+    the length (it skips the first 20% of every run); `batches=2000` restores the full pass.
+    """
+    fs = f"v{CROSSOVER_VOCAB}"
+    return ExperimentSpec(
+        name="crossover-mini",
+        description=f"BPE vs BPE-patch over one pass of the data (in-house {CROSSOVER_VOCAB // 1024}K first stage)",
+        first_stages={fs: FirstStageSpec(vocab_size=CROSSOVER_VOCAB, pattern="gpt2")},
+        runs=(_run("bpe", "bpe", fs), _run("bpe-patch", "hierarchical", fs)),
+        train_corpus=train_corpus or (SHARED_EN,),
+        eval_corpus=eval_corpus,
+        batches=1200,
+        schedule="constant",
+        seeds=3,
+        eval_points=20,
+        eval_batches=4,
+        final_eval_batches=40,
+        plots=("curve", "crossover"),
+    )
+
+
+# the paper's medium models are trained on 15B tokens (its Table 3): at 256 x 2,048 = 524,288 tokens per batch
+# that is ceil(15e9 / 524,288) = 28,611 batches (15.0004B tokens); 13.5K batches, Table 1's small runs, give 7.1B
+MEDIUM_BATCHES = 28_611
+
+
+def _paper(
+    name: str, size: str, lr: float, description: str, *, batches: int = 13_500, eval_points: int = 27
+) -> Callable[..., ExperimentSpec]:
     def build(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
         if not train_corpus:
             raise ConfigError(f"{name} is the paper's scale: pass --train-input (e.g. SlimPajama jsonl.zst files)")
@@ -139,10 +182,10 @@ def _paper(name: str, size: str, lr: float, description: str) -> Callable[..., E
             model_size=size,
             seq_len=2048,  # ~8,192 bytes at gpt2's ~4 bytes per token, the paper's context
             global_batch_size=256,
-            batches=13_500,
+            batches=batches,
             lr=lr,
             warmup=500,
-            eval_points=27,
+            eval_points=eval_points,  # one every ~500 batches
             eval_batches=20,
             final_eval_batches=200,
             extra={"fsdp": {"version": 2}, "data": {"num_workers": 4}},
@@ -156,11 +199,19 @@ PRESETS: dict[str, Callable[..., ExperimentSpec]] = {
     "chinese-mini": chinese_mini,
     "vocab-mini": vocab_mini,
     "s-ablation-mini": s_ablation_mini,
+    "crossover-mini": crossover_mini,
     # the paper's sizes and steps, for a GPU cluster (documented; not run here)
     "table1-small": _paper(
         "table1-small", "small", 4e-4, "Table 1 at the paper's small size (123M-class), 13.5K steps"
     ),
-    "table3-medium": _paper("table3-medium", "medium", 6e-4, "The paper's medium models (359M-class) for Table 3"),
+    "table3-medium": _paper(
+        "table3-medium",
+        "medium",
+        6e-4,
+        "The paper's medium models (359M-class) for Table 3, 15B tokens",
+        batches=MEDIUM_BATCHES,
+        eval_points=57,
+    ),
 }
 
 
@@ -179,6 +230,8 @@ def load_spec(
 
     import yaml
 
+    from hbpe.training.config_io import load_yaml
+
     if name_or_file.endswith((".yaml", ".yml")) or Path(name_or_file).is_file():
         path = Path(name_or_file)
         if not path.is_file():
@@ -186,7 +239,7 @@ def load_spec(
                 f"experiment file {path} does not exist; pass a preset ({', '.join(PRESETS)}) or a YAML file"
             )
         try:
-            d = yaml.safe_load(path.read_text(encoding="utf-8"))
+            d = load_yaml(path.read_text(encoding="utf-8"), str(path))  # aliases bounded (config_io.py)
         except (yaml.YAMLError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: not a readable YAML experiment ({type(e).__name__}); fix the file") from None
         if not isinstance(d, dict):
@@ -203,7 +256,7 @@ def load_spec(
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {item!r}: expected key=value, e.g. batches=100 or model.latent_layers=4")
-        value = yaml.safe_load(raw) if raw else ""
+        value = load_yaml(raw, f"override {item!r}") if raw else ""
         if key.startswith("model."):
             model[key[len("model.") :]] = value
         else:

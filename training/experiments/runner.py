@@ -2,13 +2,16 @@
 
 OUT/
   data/            the held-out split, a tokenizer and train/eval shards per first stage
-  runs/NAME/       train/ (checkpoint, hbpe_run.json, train.log) and result.json
-  results.json     every run's result, the spec, BPB at equal training bytes and FLOPs
+  runs/NAME/       train/ (checkpoint, hbpe_run.json, train.log) and result.json (runs/NAME/seed-K/ with seeds: N > 1)
+  results.json     every run's result (every seed), the spec, BPB at equal training bytes and at equal spent compute
   table.md         the paper's Table 1 form
   *.png            the plots the spec asks for (training curves, vocabulary, S)
+  .lock            held while an experiment runs here (out_folder.py)
 
 A rerun skips every run whose result.json was written for the same run spec, data and budget
-(its fingerprint); one written for another spec is refused rather than mixed into the table.
+(its fingerprint) from the same bytes (the corpora and rank files: its `inputs`, data_prep.py);
+one made from other bytes is trained again, one written for another spec is refused rather
+than mixed into the table.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +28,11 @@ from typing import Any
 from composer import Callback, Logger, State
 
 from hbpe.schemas.errors import ConfigError
+from hbpe.training.experiments.compute import context_row, executed_batch_flops, paper_train_flops_per_byte
 from hbpe.training.experiments.data_prep import StageData, prepare
+from hbpe.training.experiments.inputs import combine
+from hbpe.training.experiments.out_folder import claim
+from hbpe.training.experiments.seeds import run_folder, seed_values
 from hbpe.training.experiments.spec import ExperimentSpec, RunSpec
 
 log = logging.getLogger(__name__)
@@ -33,14 +41,16 @@ STATS_SAMPLES = 256  # samples of the training shards that measure each run's pa
 
 
 class EvalCurve(Callback):
-    """Held-out BPB at every evaluation, with the training bytes seen so far: the training curve."""
+    """Held-out BPB at every evaluation, with the training bytes and executed FLOPs so far: the training curve."""
 
     def __init__(self) -> None:
         self.bytes = 0
+        self.executed_flops = 0.0
         self.points: list[dict[str, float]] = []
 
     def batch_end(self, state: State, logger: Logger) -> None:
         self.bytes += int(state.batch["target_bytes"].sum())
+        self.executed_flops += executed_batch_flops(state)
 
     def eval_end(self, state: State, logger: Logger) -> None:
         metrics = state.eval_metrics.get("eval", {})
@@ -49,6 +59,7 @@ class EvalCurve(Callback):
                 {
                     "batch": int(state.timestamp.batch),
                     "train_bytes": self.bytes,
+                    "train_flops_executed": self.executed_flops,
                     "bpb": float(metrics["BitsPerByte"].compute()),
                 }
             )
@@ -61,21 +72,26 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def train_config(spec: ExperimentSpec, run: RunSpec, stage: StageData, run_dir: Path, out: Path) -> dict[str, Any]:
-    """The `hbpe train` config of one run (a dict, as a YAML config would read)."""
+def train_config(
+    spec: ExperimentSpec, run: RunSpec, stage: StageData, run_dir: Path, out: Path, seed: int | None = None
+) -> dict[str, Any]:
+    """The `hbpe train` config of one run at one seed (a dict, as a YAML config would read)."""
+    seed = spec.seed if seed is None else seed
     model = dict(run.model)
-    if run.entropy_from:
-        model["entropy_model"] = str(out / "runs" / run.entropy_from / "train" / "latest-rank0.pt")
-    data = {"train": str(stage.train), "eval": str(stage.eval), "tokenizer": str(stage.tokenizer)}
+    if run.entropy_from:  # the bytes run of the same seed
+        src = run_folder(out, run.entropy_from, seed, spec.seeds)
+        model["entropy_model"] = str(src / "train" / "latest-rank0.pt")
+    # the seed sets the sample order too: the runs of one seed read the same samples
+    data = {"train": str(stage.train), "eval": str(stage.eval), "tokenizer": str(stage.tokenizer), "shuffle_seed": seed}
     if run.max_patch_size is not None:
         data["max_patch_size"] = run.max_patch_size
     cfg = {
         "run_name": f"{spec.name}-{run.name}",
-        "seed": spec.seed,
+        "seed": seed,
         "model_size": spec.model_size,
         "model": model,
         "data": data,
-        "optim": {"lr": spec.lr, "warmup": f"{spec.warmup}ba"},
+        "optim": {"lr": spec.lr, "warmup": f"{spec.warmup}ba", "schedule": spec.schedule},
         "global_batch_size": spec.global_batch_size,
         "max_duration": f"{spec.batches}ba",
         "eval_interval": f"{max(spec.batches // spec.eval_points, 1)}ba",
@@ -89,12 +105,26 @@ def train_config(spec: ExperimentSpec, run: RunSpec, stage: StageData, run_dir: 
     return _merge(cfg, spec.extra)
 
 
-def _fingerprint(spec: ExperimentSpec, run: RunSpec) -> str:
+def _fingerprint(spec: ExperimentSpec, run: RunSpec, seed: int | None = None) -> str:
+    # one seed's result does not depend on how many seeds the experiment has: more seeds reuse it
+    import dataclasses
+
+    if seed is not None and (seed, 1) != (spec.seed, spec.seeds):
+        spec = dataclasses.replace(spec, seed=seed, seeds=1)
     fp = spec.run_fingerprint(run)
     if run.entropy_from:  # the entropy model is that run's result: its spec is part of this one's
         src = next(r for r in spec.runs if r.name == run.entropy_from)
         fp += "+" + _fingerprint(spec, src)
     return fp
+
+
+def _inputs(spec: ExperimentSpec, run: RunSpec, data: dict[str, StageData]) -> str:
+    """The key of the bytes a run's result comes from: its first stage's data, and its entropy model's."""
+    keys = [data[run.first_stage].inputs]
+    if run.entropy_from:
+        src = next(r for r in spec.runs if r.name == run.entropy_from)
+        keys.append(_inputs(spec, src, data))
+    return combine(*keys)
 
 
 def finished_result(run_dir: Path, fingerprint: str) -> dict[str, Any] | None:
@@ -110,15 +140,16 @@ def finished_result(run_dir: Path, fingerprint: str) -> dict[str, Any] | None:
     return result
 
 
-def run_one(spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path) -> dict[str, Any]:
-    """Train one run, evaluate it on the held-out shards, measure its patching and FLOPs."""
+def run_one(spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path, seed: int | None = None) -> dict[str, Any]:
+    """Train one run at one seed, evaluate it on the held-out shards, measure its patching and FLOPs."""
     from hbpe.schemas.train_config import ModelConfig, TrainConfig
     from hbpe.training.scheme_stats import count_words, measure, read_token_rows, table1_row
     from hbpe.training.schemes import build_scheme, vocabulary_bytes
     from hbpe.training.trainer import build_run
 
-    run_dir = out / "runs" / run.name
-    cfg = TrainConfig.from_dict(train_config(spec, run, stage, run_dir, out))
+    seed = spec.seed if seed is None else seed
+    run_dir = run_folder(out, run.name, seed, spec.seeds)
+    cfg = TrainConfig.from_dict(train_config(spec, run, stage, run_dir, out, seed))
     curve = EvalCurve()
     built = build_run(cfg, callbacks=[curve])
     t = time.perf_counter()
@@ -128,6 +159,10 @@ def run_one(spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path) -> 
     built.trainer.eval(subset_num_batches=spec.final_eval_batches)  # the same held-out samples for every run
     final = {k: float(v.compute()) for k, v in built.trainer.state.eval_metrics["eval"].items()}
     built.trainer.close()
+    from hbpe.training.evaluate import check_finite_bpb
+
+    where = f"experiment {spec.name}, run {run.name} (in {run_dir})"
+    check_finite_bpb(final["BitsPerByte"], where, fix="run it again with a lower lr or more warmup")  # never a row
 
     model_cfg = ModelConfig.from_dict(built.info["model"])  # entropy: with the threshold chosen on the shards
     tok = built.tokenizer
@@ -139,12 +174,16 @@ def run_one(spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path) -> 
         entropy = EntropyModel.load(model_cfg.entropy_model)
     scheme = build_scheme(model_cfg, tok, derive=True, entropy_model=entropy)
     stats = measure(scheme, model_cfg.io, tokens, count_words(tokens, vocabulary_bytes(tok)))
-    row = table1_row(model_cfg, tok, stats, input_bytes=8192)
-    train_flops_per_byte = 3 * row["gflops"]["total"] * 1e9 / 8192  # forward + backward, the paper's count
+    row = table1_row(model_cfg, tok, stats, input_bytes=8192)  # the paper's convention, for its Table 1 only
+    # the paper's count at this run's own context (the text bytes of one sample as trained), forward + backward
+    ctx = context_row(model_cfg, tok, stats, train_bytes=curve.bytes, samples=spec.batches * spec.global_batch_size)
+    paper_per_byte = paper_train_flops_per_byte(ctx)
     for p in points:
-        p["train_flops"] = p["train_bytes"] * train_flops_per_byte
+        p["train_flops_paper"] = p["train_bytes"] * paper_per_byte
     return {
         "name": run.name,
+        "seed": seed,
+        "schedule": spec.schedule,
         "first_stage": run.first_stage,
         "first_stage_vocab": tok.encoding.max_token_value + 1,
         "max_patch_size": tok.max_patch_size,
@@ -153,7 +192,10 @@ def run_one(spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path) -> 
         "bpb": final["BitsPerByte"],
         "final_eval_batches": spec.final_eval_batches,
         "train_bytes": curve.bytes,
-        "train_flops": curve.bytes * train_flops_per_byte,
+        "context_bytes": ctx["input_bytes"],
+        "gflops_context": ctx["gflops"],  # forward, one sample, the paper's count at its own context
+        "train_flops_paper": curve.bytes * paper_per_byte,
+        "train_flops_executed": curve.executed_flops,
         "train_seconds": wall,
         "train_bytes_per_sec": built.meter.summary()["bytes_per_sec"],
         "curve": points,
@@ -170,28 +212,53 @@ def run_experiment(
     progress: bool = True,
     pipeline_args: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Every run of `spec` (finished ones skipped), then results.json, table.md and the plots in `out`."""
+    """Every run of `spec` (finished ones skipped), then results.json, table.md and the plots in `out`.
+
+    `out` is this experiment's alone while it runs (out_folder.claim: a second one is refused), and
+    a results.json or table.md there that hbpe did not write is refused rather than overwritten.
+    """
+    out = Path(out)
+    with claim(out):
+        return _run_experiment(spec, out, on_event=on_event, progress=progress, pipeline_args=pipeline_args)
+
+
+def _run_experiment(
+    spec: ExperimentSpec,
+    out: Path,
+    *,
+    on_event: Callable[[str], None],
+    progress: bool,
+    pipeline_args: list[str] | None,
+) -> dict[str, Any]:
     from hbpe.training.experiments.report import write_report
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     on_event(f"{spec.name}: preparing data in {out / 'data'}")
     data = prepare(spec, out, progress=progress, pipeline_args=pipeline_args)
     results = []
-    for i, run in enumerate(spec.runs, 1):
-        run_dir = out / "runs" / run.name
-        fingerprint = _fingerprint(spec, run)
+    # seed by seed, every run of a seed before the next: a stopped experiment leaves complete seeds
+    jobs = [(seed, run) for seed in seed_values(spec.seed, spec.seeds) for run in spec.runs]
+    for i, (seed, run) in enumerate(jobs, 1):
+        run_dir = run_folder(out, run.name, seed, spec.seeds)
+        fingerprint = _fingerprint(spec, run, seed)
+        label = f"[{i}/{len(jobs)}] {run.name}" + (f" (seed {seed})" if spec.seeds > 1 else "")
         result = finished_result(run_dir, fingerprint)
+        inputs = _inputs(spec, run, data)
+        if result is not None and result.get("inputs") != inputs:  # the same spec over other bytes
+            on_event(f"{label}: its corpus or rank file changed since it finished; training it again")
+            result = None
         if result is not None:
-            on_event(f"[{i}/{len(spec.runs)}] {run.name}: finished earlier, BPB {result['bpb']:.4f} (skipped)")
+            on_event(f"{label}: finished earlier, BPB {result['bpb']:.4f} (skipped)")
         else:
-            on_event(f"[{i}/{len(spec.runs)}] {run.name}: training {spec.batches} batches ({run.model.get('io')})")
-            result = {**run_one(spec, run, data[run.first_stage], out), "fingerprint": fingerprint}
+            on_event(f"{label}: training {spec.batches} batches ({run.model.get('io')})")
+            # streaming's copy of the shards an earlier attempt read: of other bytes, the trainer would refuse it
+            shutil.rmtree(run_dir / "train" / "stream-cache", ignore_errors=True)
+            result = {**run_one(spec, run, data[run.first_stage], out, seed), "fingerprint": fingerprint}
+            result["inputs"] = inputs
             tmp = run_dir / (RESULT_FILE + ".partial")
             tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
             tmp.replace(run_dir / RESULT_FILE)
             on_event(
-                f"[{i}/{len(spec.runs)}] {run.name}: BPB {result['bpb']:.4f} after {result['train_bytes'] / 1e6:.2f} MB "
+                f"{label}: BPB {result['bpb']:.4f} after {result['train_bytes'] / 1e6:.2f} MB "
                 f"in {result['train_seconds']:.0f} s"
             )
         results.append(result)

@@ -16,8 +16,9 @@ from typing import Any
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.train_config import IO_SCHEMES, ModelConfig
 
-SHARED_EN = "../shared/data/en-sotu.jsonl.zst"
-SHARED_ZH = "../shared/data/zh-kernel-docs.jsonl.zst"
+# the shared data folder, wherever the command runs from (experiments/shared_data.py resolves it)
+SHARED_EN = "${HBPE_SHARED_DATA}/en-sotu.jsonl.zst"
+SHARED_ZH = "${HBPE_SHARED_DATA}/zh-kernel-docs.jsonl.zst"
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,13 @@ class ExperimentSpec:
     plots: tuple[str, ...] = ("curve",)  # curve, vocab, s
     seed: int = 17
     extra: dict[str, Any] = field(default_factory=dict)  # train config overrides for every run
+    # constant: linear warm-up then a constant LR, so every curve point is the result of a run of that length
+    # (cosine: only the final point is; its curve points sit inside a schedule planned for the whole run)
+    schedule: str = "cosine"
+    seeds: int = 1  # each run trained with seeds seed, seed+1, ... (init and data order); tables show mean +- std
 
     def __post_init__(self) -> None:
+        _check_values(self)  # types and ranges first: the checks below compare them
         names = [r.name for r in self.runs]
         if len(set(names)) != len(names):
             raise ConfigError(f"experiment {self.name}: run names repeat ({names})")
@@ -99,15 +105,25 @@ class ExperimentSpec:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(f"unknown experiment keys {unknown}; known: {sorted(known)}")
+        first_stages, runs = d.get("first_stages", {}), d.get("runs", ())
+        if not isinstance(first_stages, dict) or not all(isinstance(v, dict) for v in first_stages.values()):
+            raise ConfigError(
+                f"experiment first_stages={first_stages!r}: expected a mapping of names to first stages, "
+                "e.g. first_stages={gpt2: {encoding: gpt2}}"
+            )
+        if not isinstance(runs, (list, tuple)) or not all(isinstance(r, dict) for r in runs):
+            raise ConfigError(
+                f"experiment runs={runs!r}: expected a list of runs, e.g. runs=[{{name: a, first_stage: gpt2, model: {{}}}}]"
+            )
         try:
             return cls(
                 **{
                     **d,
-                    "first_stages": {k: FirstStageSpec(**v) for k, v in d.get("first_stages", {}).items()},
-                    "runs": tuple(RunSpec(**r) for r in d.get("runs", ())),
-                    "train_corpus": tuple(d.get("train_corpus", (SHARED_EN,))),
-                    "eval_corpus": tuple(d.get("eval_corpus", ())),
-                    "plots": tuple(d.get("plots", ("curve",))),
+                    "first_stages": {k: FirstStageSpec(**v) for k, v in first_stages.items()},
+                    "runs": tuple(RunSpec(**r) for r in runs),
+                    "train_corpus": _strings(d, "train_corpus", (SHARED_EN,)),
+                    "eval_corpus": _strings(d, "eval_corpus", ()),
+                    "plots": _strings(d, "plots", ("curve",)),
                 }
             )
         except TypeError as e:
@@ -122,3 +138,74 @@ class ExperimentSpec:
         keep = {k: v for k, v in d.items() if k not in ("runs", "first_stages", "name", "description", "plots")}
         keep.update(run=asdict(run), first_stage=asdict(self.first_stages[run.first_stage]))
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# the budget's integers and their least values; an override arrives as YAML (`seq_len=abc` is a string)
+_AT_LEAST = {
+    "holdout_every": 2,  # 1 would hold out every document and train on none
+    "max_patch_size": 2,  # one byte + EOP
+    "seq_len": 1,
+    "global_batch_size": 1,
+    "batches": 1,
+    "warmup": 0,
+    "eval_points": 1,
+    "eval_batches": 1,
+    "final_eval_batches": 1,
+    "seed": 0,
+    "seeds": 1,
+}
+_PLOTS = ("curve", "vocab", "s", "crossover")
+SCHEDULES = ("cosine", "constant")  # optim.schedule of every run
+
+
+def _check_values(spec: ExperimentSpec) -> None:
+    """Each field of `spec` against its type and range: one ConfigError naming the key, as its override is spelled."""
+    import math
+
+    from hbpe.schemas.tokenizer_artifact import MAX_PATCH_SIZE_LIMIT
+
+    def bad(key: str, expected: str) -> ConfigError:
+        default = ExperimentSpec.__dataclass_fields__[key].default
+        example = f"; e.g. {key}={default}" if isinstance(default, (int, float, str)) else ""
+        value = getattr(spec, key)
+        shown = list(value) if isinstance(value, tuple) else value  # as the YAML list it was given as
+        return ConfigError(f"experiment {key}={shown!r}: expected {expected}{example}")
+
+    for key, least in _AT_LEAST.items():
+        value = getattr(spec, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise bad(key, f"an integer >= {least}")
+    if spec.max_patch_size > MAX_PATCH_SIZE_LIMIT:
+        raise bad("max_patch_size", f"an integer <= {MAX_PATCH_SIZE_LIMIT}")
+    lr = spec.lr
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+        raise bad("lr", "a finite number > 0")
+    for key in ("name", "model_size"):
+        if not isinstance(getattr(spec, key), str) or not getattr(spec, key):
+            raise bad(key, "a non-empty string")
+    if not isinstance(spec.description, str):
+        raise bad("description", "a string")
+    for key in ("train_corpus", "eval_corpus", "plots"):
+        value = getattr(spec, key)
+        if not isinstance(value, tuple) or not all(isinstance(v, str) and v for v in value):
+            raise bad(key, "a list of names")
+    if not spec.train_corpus:
+        raise bad("train_corpus", "at least one corpus file")
+    unknown = [p for p in spec.plots if p not in _PLOTS]
+    if unknown:
+        raise bad("plots", f"a list of {', '.join(_PLOTS)} (not {', '.join(unknown)})")
+    if "crossover" in spec.plots and not {"bpe", "hierarchical"} <= {r.model.get("io") for r in spec.runs}:
+        raise bad("plots", "a BPE run (io=bpe) and a BPE-patch run (io=hierarchical) for the crossover plot")
+    if spec.schedule not in SCHEDULES:
+        raise bad("schedule", f"one of {', '.join(SCHEDULES)}")
+    if not isinstance(spec.extra, dict):
+        raise bad("extra", "a mapping of train config overrides, e.g. extra={data: {shuffle: false}}")
+
+
+def _strings(d: dict[str, Any], key: str, default: tuple[str, ...]) -> Any:
+    """A list of names from a spec mapping as a tuple (one name alone as a list of one); other values as they are,
+    for `_check_values` to name."""
+    value = d.get(key, default)
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value) if isinstance(value, (list, tuple)) else value

@@ -1,0 +1,83 @@
+"""Two runs on one stream cache (issue 20): a run refuses a cache another live run holds and names the fix;
+a run on other shards gets a cache folder of its own. Before: two default-named runs on one cache collided
+inside streaming, and a run on other data stopped at "holds shards of another conversion"."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from hbpe.cli import main
+from hbpe.training.stream_cache import LOCK_FILE, claim, release
+from tests.test_cli_train import _fails
+
+SHORT = ("max_duration=1ba", "eval_interval=1ba", "save_interval=1ba", "console=false", "log_interval=100ba")
+
+
+class CacheHolder:
+    """Another process holding a stream cache, as a live run does (the real `claim`), until `end`."""
+
+    def __init__(self, root: Path, *, run_name: str = "other-run", save_folder: str = "s3://bucket/other") -> None:
+        code = (
+            "import sys; from hbpe.training.stream_cache import claim; "
+            "claim(sys.argv[1], run_name=sys.argv[2], save_folder=sys.argv[3]); print('held', flush=True); "
+            "sys.stdin.read()"
+        )
+        argv = [sys.executable, "-c", code, str(root), run_name, save_folder]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "held"  # it holds the lock now
+
+    def end(self, sig: int = signal.SIGKILL) -> None:
+        self.proc.send_signal(sig)  # kill -9: the kernel releases the lock, nothing is left stale
+        self.proc.wait(timeout=30)
+
+
+def _train(sample_shards, *args: str):
+    return CliRunner().invoke(
+        main, ["train", "tiny", f"data.train={sample_shards[0]}", "data.eval=null", *SHORT, *args]
+    )
+
+
+def test_a_cache_held_by_a_live_run_is_refused(sample_shards, tmp_path):
+    shared = tmp_path / "shared-cache"
+    holder = CacheHolder(shared)
+    try:
+        r = _train(sample_shards, f"save_folder={tmp_path / 'run'}", f"data.cache_dir={shared}")
+        _fails(r, 2, f"stream cache {shared} is in use by another run (pid {holder.proc.pid} on ")
+        assert "run_name other-run, save_folder s3://bucket/other, since " in r.output
+        assert "two runs at once need caches of their own; set data.cache_dir to a folder of its own" in r.output
+        assert not (tmp_path / "run" / "hbpe_run.json").exists()
+    finally:
+        holder.end()
+    r = _train(sample_shards, f"save_folder={tmp_path / 'run'}", f"data.cache_dir={shared}")
+    assert r.exit_code == 0, r.output  # the holder was killed: no stale lock
+    who = json.loads((shared / LOCK_FILE).read_text())
+    assert who["pid"] == os.getpid() and who["save_folder"] == str(tmp_path / "run")
+
+
+def test_a_run_on_other_shards_gets_its_own_cache_folder(sample_shards, tmp_path):
+    """Same cache root (one data.cache_dir, or one run_name with a bucket save folder), other data.train."""
+    shared = tmp_path / "shared-cache"
+    for name, shards in (("a", sample_shards[0]), ("b", sample_shards[1])):
+        args = [f"data.train={shards}", f"save_folder={tmp_path / name}", f"data.cache_dir={shared}"]
+        r = CliRunner().invoke(main, ["train", "tiny", "data.eval=null", *SHORT, *args])
+        assert r.exit_code == 0, r.output
+    caches = sorted(p.name.rsplit("-", 1)[0] for p in (shared / "train").iterdir())
+    assert caches == ["eval", "train"]  # named by the shard directories
+
+
+def test_claim_is_per_process_and_released(tmp_path):
+    root = tmp_path / "cache"
+    claim(str(root), run_name="a", save_folder="x")
+    claim(str(root), run_name="a", save_folder="x")  # the same process again: fine (runs built one by one)
+    code = "import sys; from hbpe.training.stream_cache import claim; claim(sys.argv[1], run_name='b', save_folder='y')"
+    other = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True)
+    assert other.returncode != 0 and f"is in use by another run (pid {os.getpid()} on " in other.stderr
+    release(str(root))
+    CacheHolder(root).end(signal.SIGTERM)  # released: another process takes it
