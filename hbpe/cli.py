@@ -68,8 +68,11 @@ def main(ctx: click.Context, verbose: bool, quiet: bool) -> None:
 
 @main.command("demo")
 @click.option("--out", default="runs/demo", help="Folder for everything the demo makes.")
+@click.option(
+    "--batches", type=click.IntRange(min=1), default=300, show_default=True, help="Training batches of the tiny model."
+)
 @json_option("the artifacts' paths and every stage's result")
-def demo(out: str, as_json: bool) -> None:
+def demo(out: str, batches: int, as_json: bool) -> None:
     """Run the main job end to end on the bundled sample (embedded defaults).
 
     Step lines go to stdout (stderr with --json; none with -q), then the summary.
@@ -83,13 +86,13 @@ def demo(out: str, as_json: bool) -> None:
     from hbpe.demo import render_summary, run_demo
 
     step = say if as_json or is_quiet() else click.echo  # stdout holds the JSON alone
-    result = run_demo(Path(out), on_step=step, progress=not is_quiet())
+    result = run_demo(Path(out), train_batches=batches, on_step=step, progress=not is_quiet())
     _emit(result, as_json, render_summary)
 
 
 # --------------------------------------------------------------------------- tokenizer
 
-# what `convert --input` takes, read the same way (pipeline/corpus/files.py's resolve_inputs)
+# what `convert --input` takes, read the same way (pipeline/corpus/inputs.py's resolve_inputs)
 _INPUT_FILES_HELP = (
     "Corpus file, directory, glob (quoted: 'DIR/*.jsonl') or URI (repeatable): jsonl, txt, parquet, "
     "optionally .gz/.zst/.bz2."

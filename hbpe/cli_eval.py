@@ -31,8 +31,8 @@ def eval_tasks_cmd(checkpoint: str, tasks: str, limit: int | None, batch_size: i
     Example:
       hbpe eval-tasks --checkpoint runs/demo/train --tasks piqa,arc_easy --limit 200
     """
-    from hbpe.training.zero_shot.run import evaluate_tasks, render_table
-    from hbpe.training.zero_shot.tasks import parse_tasks
+    from hbpe.training import evaluate_tasks, parse_tasks
+    from hbpe.training import render_task_table as render_table
 
     names = parse_tasks(tasks)  # before loading a model
     check_local_paths("--checkpoint", checkpoint)

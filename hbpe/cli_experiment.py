@@ -31,15 +31,13 @@ def flops_cmd(
     Example:
       hbpe flops small data.train=runs/demo/shards-train --bytes 8192
     """
-    from hbpe.training.config_io import load_config
-    from hbpe.training.scheme_stats import flops_table, render_table1, with_measured_data
-    from hbpe.training.trainer import resolve_tokenizer
+    from hbpe.training import flops_table, load_config, render_table1, resolve_tokenizer, with_measured_data
 
     cfg = load_config(config, list(overrides), check_paths=False)
     cfg = with_measured_data(cfg, data)  # --data replaces the config's data paths (checked after)
     shards = cfg.data.train_sources[0]  # with data.streams: the first stream
     tok, _ = resolve_tokenizer(cfg)
-    rows = flops_table(cfg.model_config, tok, shards, input_bytes=input_bytes, samples=samples)
+    rows = flops_table(cfg.model, tok, shards, input_bytes=input_bytes, samples=samples)
     _emit(rows, as_json, lambda rs: f"forward pass on {input_bytes} bytes of {shards}\n" + render_table1(rs))
 
 
@@ -80,8 +78,8 @@ def experiment_cmd(
     """
     from pathlib import Path
 
-    from hbpe.training.experiments.presets import load_spec
-    from hbpe.training.experiments.runner import run_experiment
+    from hbpe.experiments.presets import load_spec
+    from hbpe.experiments.runner import run_experiment
 
     spec = load_spec(preset, overrides, train_corpus=train_input, eval_corpus=eval_input)
     folder = Path(out or Path("runs", "experiments", spec.name))

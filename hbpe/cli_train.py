@@ -68,8 +68,8 @@ def train_cmd(
     On 2 nodes of 8 GPUs, the same command on node 0 and node 1 (--node-rank 1), NODE0 being node 0's address:
       hbpe train small data.train=gs://bucket/shards --nproc 8 --nnodes 2 --node-rank 0 --master-addr NODE0 --master-port 29500
     """
-    from hbpe.schemas.errors import ConfigError
-    from hbpe.training.config_io import load_config
+    from hbpe.schemas.train_config import check_world_divides_batch
+    from hbpe.training import load_config
 
     _check_nodes(nproc, nnodes, node_rank, master_addr, master_port)
     given = click.get_current_context().get_parameter_source("rendezvous_timeout")
@@ -78,11 +78,7 @@ def train_cmd(
     overrides = _quiet_console(overrides)
     cfg = load_config(config, list(overrides))  # validate before launching anything
     world = nproc * nnodes
-    if cfg.global_batch_size % world:
-        raise ConfigError(
-            f"global_batch_size {cfg.global_batch_size} is not divisible by the {world} processes "
-            f"(--nnodes {nnodes} x --nproc {nproc}); e.g. global_batch_size={world * max(1, cfg.global_batch_size // world)}"
-        )
+    check_world_divides_batch(cfg, world, how=f" (--nnodes {nnodes} x --nproc {nproc})")
     if world > 1:
         nodes = dict(nnodes=nnodes, node_rank=node_rank, master_addr=master_addr, master_port=master_port)
         result = _train_on_processes(
@@ -90,7 +86,7 @@ def train_cmd(
         )
         _emit(result, as_json, _render_train)
         return
-    from hbpe.training.trainer import train
+    from hbpe.training import train_model as train
 
     _emit(train(cfg), as_json, _render_train)
 
@@ -147,8 +143,7 @@ def _train_on_processes(
     import tempfile
     from pathlib import Path
 
-    from hbpe.training.launch import RESULT_FILE_ENV
-    from hbpe.training.launch_command import TrainingInterrupted, launch
+    from hbpe.training import RESULT_FILE_ENV, TrainingInterrupted, launch
 
     with tempfile.TemporaryDirectory(prefix="hbpe-train-") as tmp:
         result_file = Path(tmp, "result.json")
@@ -228,8 +223,7 @@ def eval_cmd(
     Example:
       hbpe eval --checkpoint runs/demo/train --data runs/demo/shards-eval
     """
-    from hbpe.training.devices import resolve_device
-    from hbpe.training.evaluate import evaluate
+    from hbpe.training import evaluate, resolve_device
 
     dev = resolve_device(device)  # before anything is loaded
     check_local_paths("--checkpoint", checkpoint)
@@ -313,9 +307,7 @@ def generate_cmd(
     """
     import dataclasses
 
-    from hbpe.training.checkpoint import load_model
-    from hbpe.training.devices import resolve_device
-    from hbpe.training.generate import check_generate_args, generate_batch
+    from hbpe.training import check_generate_args, generate_batch, load_model, resolve_device
 
     check_local_paths("--checkpoint", checkpoint)
     texts = _read_prompts(prompts, prompts_file)
@@ -364,7 +356,7 @@ def export_cmd(checkpoint: str, out: str, overwrite: bool, as_json: bool) -> Non
     Example:
       hbpe export --checkpoint runs/demo/train --out /tmp/model
     """
-    from hbpe.training.export import export_model
+    from hbpe.training import export_model
 
     check_local_paths("--checkpoint", checkpoint)
     _emit(export_model(checkpoint, out, overwrite=overwrite), as_json, _render_export)
@@ -405,7 +397,7 @@ def checkpoint_consolidate_cmd(path: str, out: str | None, overwrite: bool, as_j
     Example (a run trained with fsdp, e.g. `hbpe train small --nproc 2 ...`):
       hbpe checkpoint consolidate --checkpoint runs/fsdp-run
     """
-    from hbpe.training.consolidate import consolidate_checkpoint
+    from hbpe.training import consolidate_checkpoint
 
     check_local_paths("--checkpoint", path)
     _emit(
@@ -427,8 +419,7 @@ def bench_train_cmd(config: str, overrides: tuple[str, ...], batches: int, as_js
     Example:
       hbpe bench train tiny data.train=runs/demo/shards-train --batches 5
     """
-    from hbpe.training.bench import bench_train
-    from hbpe.training.config_io import load_config
+    from hbpe.training import bench_train, load_config
 
     cfg = load_config(config, list(_quiet_console(overrides)))
     _emit(bench_train(cfg, batches=batches), as_json, _render_bench_train)
@@ -459,8 +450,7 @@ def bench_generate_cmd(
     Example:
       hbpe bench generate --checkpoint runs/demo/train --max-bytes 100 --repeat 1
     """
-    from hbpe.training.bench import bench_generate
-    from hbpe.training.devices import resolve_device
+    from hbpe.training import bench_generate, resolve_device
 
     check_local_paths("--checkpoint", checkpoint)
     r = bench_generate(

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO / "data" / "sample" / "en-sotu-sample.jsonl.zst"
+# data/sample in a checkout (hbpe/sample links to it), inside the package in a wheel
+SAMPLE = Path(__file__).parent / "sample" / "en-sotu-sample.jsonl.zst"
 HELD_OUT_DOCS = 4
 
 
@@ -88,11 +88,8 @@ def run_demo(
         )
         shards[split] = cfg.output
 
-    from hbpe.training.checkpoint import load_model
-    from hbpe.training.config_io import load_config
-    from hbpe.training.evaluate import evaluate
-    from hbpe.training.generate import generate
-    from hbpe.training.trainer import train
+    from hbpe.training import evaluate, generate, load_config, load_model
+    from hbpe.training import train_model as train
 
     train_dir = out / "train"
     on_step(f"[4/6] training the tiny model on CPU for {train_batches} batches (about a minute) ...")

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from hbpe.schemas.errors import ArtifactError
 from hbpe.schemas.locations import is_uri
+from hbpe.schemas.names import is_relative_object_name
 
 TIMEOUT_ENV = "HBPE_STORAGE_TIMEOUT"
 DEFAULT_TIMEOUT = 60.0  # seconds for one small file or call: a slower one is a stuck one
@@ -136,7 +137,7 @@ def local_path_inside(root: str | os.PathLike, name: str, *, source: str = "") -
     hbpe.schemas.errors.ArtifactError: refusing object name 'evil/../../x': it would be written outside /tmp/into ...
     """
     parts = name.split("/")
-    if not name or any(c in name for c in _UNSAFE_CHARS) or any(p in ("", ".", "..") for p in parts):
+    if not is_relative_object_name(name):
         where = f" under {source}" if source else ""
         raise ArtifactError(
             f"refusing object name {name!r}{where}: it would be written outside {root} (a name with a '..', '.' "
@@ -147,9 +148,6 @@ def local_path_inside(root: str | os.PathLike, name: str, *, source: str = "") -
     if os.path.commonpath([real_root, os.path.realpath(path)]) != real_root:  # a symlink already inside root
         raise ArtifactError(f"refusing object name {name!r}: {path} resolves outside {root}")
     return path
-
-
-_UNSAFE_CHARS = ("\\", "\0")  # a Windows separator; a NUL no file name may hold
 
 
 def _download(uri: str, local: str, timeout: float | None) -> bool:

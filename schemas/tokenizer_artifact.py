@@ -17,6 +17,7 @@ from typing import Any
 from hbpe.schemas import symbols
 from hbpe.schemas.canonical import canonical_json, sha256_hex
 from hbpe.schemas.errors import ArtifactError
+from hbpe.schemas.names import is_plain_file_name
 
 FORMAT_NAME = "hbpe-tokenizer"
 SCHEMA_VERSION = 1
@@ -48,17 +49,6 @@ def _block(d: Any, name: str) -> dict[str, Any]:
 def _key(d: dict[str, Any], block: str, key: str) -> Any:
     _require(key in d, f"{block} has no {key!r} entry")
     return d[key]
-
-
-def _is_plain_file_name(name: Any) -> bool:
-    """A name that stays inside the artifact directory: no separator, no `..`, not absolute, not empty."""
-    return (
-        isinstance(name, str)
-        and name not in ("", ".", "..")
-        and "/" not in name
-        and "\\" not in name
-        and "\0" not in name
-    )
 
 
 @dataclass(frozen=True)
@@ -94,7 +84,7 @@ class FirstStageSpec:
         )
         # the rank file is read from the artifact directory: a path here could read any file on the machine
         _require(
-            _is_plain_file_name(self.rank_file),
+            is_plain_file_name(self.rank_file),
             f"first_stage.rank_file must be a plain file name inside the tokenizer directory (like {RANK_FILENAME!r}), "
             f"got {self.rank_file!r}",
         )

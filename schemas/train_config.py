@@ -1,4 +1,4 @@
-"""Training configuration: typed, validated dataclasses (parsed from YAML in training/config_io.py).
+"""Training configuration: typed, validated dataclasses (parsed from YAML in training/train/config_io.py).
 
 Every field is checked against its annotation whenever a config is built (from YAML, from
 `key=value` overrides, or in code), so a mistake is one ConfigError naming the key, the
@@ -7,7 +7,7 @@ value, the expected type and an example, e.g.
 not a TypeError deep inside Composer. The checks follow the annotations, so a new field is
 checked without new code: ints are accepted for floats (and made floats), lists for tuples,
 and bools are never ints. Local paths are checked where a config is loaded
-(training/config_io.py), not here: Composer's launcher ranks parse the same config.
+(training/train/config_io.py), not here: Composer's launcher ranks parse the same config.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dat
 from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
 
 from hbpe.schemas.errors import ConfigError
-from hbpe.schemas.locations import SUPPORTED_SCHEMES, is_uri
+from hbpe.schemas.locations import SUPPORTED_SCHEMES, check_location, is_uri
 
-# model.io: the paper's model and its baselines, all trained from the same shards (training/schemes.py)
+# model.io: the paper's model and its baselines, all trained from the same shards (training/data/schemes.py)
 IO_SCHEMES = ("hierarchical", "bpe", "bytes", "space", "entropy")
 EMBEDDING_IOS = ("bpe", "bytes")  # one embedding row per latent position, the head on the latent model
 
@@ -44,23 +44,26 @@ URI_SCHEMES = SUPPORTED_SCHEMES
 SAVE_FOLDER_SCHEMES = SUPPORTED_SCHEMES  # oci too in Composer, but untested in hbpe (schemas/locations.py)
 # streaming 0.13's shuffle algorithms (streaming.base.shuffle.algos); py1e is its default
 SHUFFLE_ALGOS = ("py1e", "py1br", "py1s", "py2s", "naive")
-# Composer's experiment trackers a `loggers:` block can name (composer.loggers); training/loggers.py builds them
-LOGGERS = ("tensorboard", "wandb", "mlflow")
-# Composer's callbacks a `callbacks:` block can name, as llm-foundry spells them (training/loggers.py builds them)
-CALLBACKS = (
-    "speed_monitor",
-    "lr_monitor",
-    "memory_monitor",
-    "optimizer_monitor",
-    "runtime_estimator",
-    "nan_monitor",
-    "activation_monitor",
-    "early_stopper",
-    "threshold_stopper",
-    "memory_snapshot",
-    "oom_observer",
-    "system_metrics_monitor",
-)
+# Composer's experiment trackers a `loggers:` block can name, and their classes in composer.loggers
+# (training/train/loggers.py builds them; one list for the config check and the builder)
+LOGGER_CLASSES = {"tensorboard": "TensorboardLogger", "wandb": "WandBLogger", "mlflow": "MLFlowLogger"}
+LOGGERS = tuple(LOGGER_CLASSES)
+# Composer's callbacks a `callbacks:` block can name, as llm-foundry spells them, and their classes in composer.callbacks
+CALLBACK_CLASSES = {
+    "speed_monitor": "SpeedMonitor",
+    "lr_monitor": "LRMonitor",
+    "memory_monitor": "MemoryMonitor",
+    "optimizer_monitor": "OptimizerMonitor",
+    "runtime_estimator": "RuntimeEstimator",
+    "nan_monitor": "NaNMonitor",
+    "activation_monitor": "ActivationMonitor",
+    "early_stopper": "EarlyStopper",
+    "threshold_stopper": "ThresholdStopper",
+    "memory_snapshot": "MemorySnapshot",
+    "oom_observer": "OOMObserver",
+    "system_metrics_monitor": "SystemMetricsMonitor",
+}
+CALLBACKS = tuple(CALLBACK_CLASSES)
 # streaming's cache_limit text (streaming.base.util.bytes_to_int): a number and a unit in powers of 1024
 _BYTE_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}
 _BYTES = re.compile(r"(\d+(?:\.\d+)?)\s*(" + "|".join(_BYTE_UNITS) + ")", re.IGNORECASE)
@@ -255,7 +258,6 @@ def _check_time(key: str, value: Any, example: str, *, zero_ok: bool = False, fr
 
 def _local_or_uri(key: str, value: str | None, schemes: tuple[str, ...] = URI_SCHEMES) -> str | None:
     """A shard/tokenizer location: `file:///x` -> `/x`; a misspelt URI, or one of a scheme streaming cannot read, is refused."""
-    from hbpe.schemas.locations import check_location
 
     return check_location(value, where=f"{key}={value}", schemes=schemes) if value else value
 
@@ -356,7 +358,7 @@ class ModelConfig(_Section):
     decoder_layers: int = 1
     pooling: str = "mean"  # how a patch's symbol states become e_t: "mean" over real symbols, or "eop"
     conditioning: str = "prefix"  # how h_t enters the decoder: "prefix" position, or "add" to every input
-    # input/output side (training/schemes.py): "hierarchical" (BPE-patch), or a baseline over the same
+    # input/output side (training/data/schemes.py): "hierarchical" (BPE-patch), or a baseline over the same
     # shards: "bpe" (embedding matrix), "bytes" (byte level), "space" / "entropy" (byte patches)
     io: str = "hierarchical"
     tie_embeddings: bool = True  # BPE baseline: one matrix for input embedding and output head, as in the paper
@@ -656,7 +658,8 @@ class TrainConfig(_Section):
     run_name: str = "hbpe"
     seed: int = 17
     model_size: str = "tiny"
-    model: dict[str, Any] = field(default_factory=dict)  # overrides of the size preset
+    # given as overrides of the size preset (a mapping: YAML, key=value), kept as the validated ModelConfig they make
+    model: ModelConfig = field(default_factory=dict)  # type: ignore[assignment]
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     global_batch_size: int = 8
@@ -680,13 +683,17 @@ class TrainConfig(_Section):
     console: bool = True  # Composer's console logger (metrics every log_interval, eval progress)
     log_file: str | None = "train.log"
     # experiment trackers, Composer's loggers by name with their arguments: {tensorboard: {log_dir: ...}, wandb:
-    # {project: ...}, mlflow: {tracking_uri: ...}} (null arguments: the defaults); training/loggers.py builds them
+    # {project: ...}, mlflow: {tracking_uri: ...}} (null arguments: the defaults); training/train/loggers.py builds them
     loggers: dict[str, Any] = field(default_factory=dict)
     # Composer's callbacks by llm-foundry's names with their arguments: {memory_monitor: {}, ...}; speed_monitor
     # and lr_monitor always run (their arguments can be given here)
     callbacks: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.model, ModelConfig):  # validated once, here: every reader gets the typed section
+            if not isinstance(self.model, dict):
+                raise _fail("model", self.model, "a mapping of model settings", "model.latent_layers=4")
+            object.__setattr__(self, "model", _model_config(self.model_size, self.model))
         # time strings first: `max_duration=100` gets the message about units, not "expected a string"
         _check_time("max_duration", self.max_duration, "max_duration=100ba", fraction_ok=False)
         for name in ("eval_interval", "save_interval", "log_interval"):
@@ -719,7 +726,6 @@ class TrainConfig(_Section):
                 "data.train is empty: set it to a shard directory from `hbpe convert` (or mix several with data.streams)"
             )
         self._check_loggers()
-        _model_config(self.model_size, self.model)  # validates the model block early
 
     def _check_loggers(self) -> None:
         """Names and argument blocks only: the arguments themselves are checked against Composer's classes."""
@@ -746,9 +752,15 @@ class TrainConfig(_Section):
             f"or give max_duration in {warm_unit}"
         )
 
-    @property
-    def model_config(self) -> ModelConfig:
-        return _model_config(self.model_size, self.model)
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def check_world_divides_batch(cfg: TrainConfig, world: int, *, how: str = "") -> None:
+    """global_batch_size must split evenly over the `world` processes (`how`: how they were asked for)."""
+    if cfg.global_batch_size % world:
+        fix = world * max(1, cfg.global_batch_size // world)
+        raise ConfigError(
+            f"global_batch_size {cfg.global_batch_size} is not divisible by the {world} processes{how}; "
+            f"e.g. global_batch_size={fix}"
+        )

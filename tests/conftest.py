@@ -24,6 +24,17 @@ def pytest_configure(config):
     torch.set_num_threads(1)
 
 
+# the tiers (README: `make test-fast` runs the fast one): a test is end to end (`e2e`) when it converts a
+# corpus, trains, or starts an object-store server, through these fixtures or by a mark of its own
+E2E_FIXTURES = {"sample_shards", "train_copy", "eval_copy", "tiny_run", "s3_server", "gcs_server", "object_store"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+
+
 @pytest.fixture(scope="session")
 def gpt2_tokenizer():
     from hbpe.pipeline.tokenizer import artifact
@@ -110,8 +121,8 @@ def tiny_run(sample_shards, tmp_path_factory) -> Path:
     enough to end documents): hbpe_run.json, tokenizer/, ep0-ba20-rank0.pt and the
     latest-rank0.pt symlink. Tests that change files take a `copy_run` of it.
     """
-    from hbpe.training.config_io import load_config
-    from hbpe.training.trainer import train
+    from hbpe.training.train.config_io import load_config
+    from hbpe.training.train.trainer import train
 
     train_dir, eval_dir = sample_shards
     folder = tmp_path_factory.mktemp("tiny-run") / "run"

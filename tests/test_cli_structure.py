@@ -216,11 +216,11 @@ def test_render_summary_flags_unbalanced_accounting():
 
 
 def test_launcher_command():
-    from hbpe.training.launch_command import launcher_command
+    from hbpe.training.train.launch_command import launcher_command
 
     assert launcher_command("tiny", ("a=1", "b=x"), nproc=4) == [
         sys.executable, "-m", "composer.cli.launcher", "-n", "4",
-        "-m", "hbpe.training.launch", "tiny", "a=1", "b=x",
+        "-m", "hbpe.training.train.launch", "tiny", "a=1", "b=x",
     ]  # fmt: skip
     assert launcher_command("c.yaml", [], nproc=2, master_port=29511)[3:7] == ["-n", "2", "--master_port", "29511"]
 

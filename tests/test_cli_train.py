@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from hbpe.cli import main
 from hbpe.schemas.errors import ConfigError
+from tests.helpers import cli_fails
 
 
 def test_train_eval_generate_commands(sample_shards, tmp_path):
@@ -62,15 +63,6 @@ def test_train_bpe_command(tmp_path):
 # --------------------------------------------------------------------------- one clear line for user mistakes
 
 
-def _fails(r, code: int, message: str) -> None:
-    """Exit `code`, exactly one line of output that starts `error: ` and contains `message`, no traceback."""
-    assert r.exit_code == code, r.output
-    assert isinstance(r.exception, SystemExit), repr(r.exception)  # nothing escaped to click's runner
-    assert "Traceback" not in r.output
-    lines = r.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.output
-
-
 @pytest.mark.parametrize(
     "override,message",
     [
@@ -95,20 +87,20 @@ def _fails(r, code: int, message: str) -> None:
 )
 def test_train_config_mistakes_are_one_line(override, message):
     r = CliRunner().invoke(main, ["train", "tiny", "data.train=somewhere", override])
-    _fails(r, 2, message)
+    cli_fails(r, 2, message)
 
 
 def test_train_tiny_outside_the_repo_names_the_missing_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(main, ["train", "tiny"])
-    _fails(
+    cli_fails(
         r,
         2,
         f"data.train path runs/demo/shards-train does not exist (relative to the current directory {tmp_path}); "
         "set data.train=DIR to a shard directory from `hbpe convert`",
     )
     r = CliRunner().invoke(main, ["bench", "train", "tiny", "--batches", "2"])
-    _fails(r, 2, "data.train path runs/demo/shards-train does not exist")
+    cli_fails(r, 2, "data.train path runs/demo/shards-train does not exist")
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +113,8 @@ PROMPT = "Fellow-Citizens of the Senate"
 
 
 def test_generate_never_exceeds_max_bytes(trained_run):
-    from hbpe.training.checkpoint import load_model
-    from hbpe.training.generate import generate
+    from hbpe.training.checkpoint.load import load_model
+    from hbpe.training.inference.generate import generate
 
     model, tok, _ = load_model(str(trained_run))
     bounded = 0
@@ -139,8 +131,8 @@ def test_generate_never_exceeds_max_bytes(trained_run):
 
 
 def test_generate_stops_when_the_latent_context_is_full(trained_run):
-    from hbpe.training.checkpoint import load_model
-    from hbpe.training.generate import generate
+    from hbpe.training.checkpoint.load import load_model
+    from hbpe.training.inference.generate import generate
 
     model, tok, _ = load_model(str(trained_run))
     model.cfg = dataclasses.replace(model.cfg, max_patches=24)  # a short context, so the test runs in a second
@@ -152,7 +144,7 @@ def test_generate_stops_when_the_latent_context_is_full(trained_run):
 
 
 def test_generate_arguments_are_checked(trained_run):
-    from hbpe.training.generate import check_generate_args, cut_utf8
+    from hbpe.training.inference.generate import check_generate_args, cut_utf8
 
     with pytest.raises(ConfigError, match=r"the prompt is not valid UTF-8 \(byte 0xff at character 3\)"):
         check_generate_args("abc\udcff", max_bytes=10, temperature=0.0)
@@ -166,10 +158,10 @@ def test_generate_arguments_are_checked(trained_run):
 
     folder = str(trained_run)
     r = CliRunner().invoke(main, ["generate", "--checkpoint", folder, "--prompt", "Fellow \udcff"])
-    _fails(r, 2, "error: the prompt is not valid UTF-8 (byte 0xff at character 7); pass UTF-8 text")
+    cli_fails(r, 2, "error: the prompt is not valid UTF-8 (byte 0xff at character 7); pass UTF-8 text")
     for t in ("inf", "nan"):
         r = CliRunner().invoke(main, ["generate", "--checkpoint", folder, "--prompt", "Fellow", "--temperature", t])
-        _fails(
+        cli_fails(
             r, 2, f"error: temperature={float(t)}: must be a finite number >= 0 (0 = greedy); e.g. --temperature 0.8"
         )
     r = CliRunner().invoke(main, ["generate", "--checkpoint", folder, "--prompt", "Fellow", "--max-bytes", "7"])
@@ -196,7 +188,7 @@ def failing_command():
 def test_unexpected_errors_end_in_one_line(failing_command, monkeypatch):
     monkeypatch.delenv("HBPE_DEBUG", raising=False)
     r = CliRunner().invoke(main, ["fail-for-test", "--kind", "bug"])
-    _fails(
+    cli_fails(
         r,
         1,
         "error: internal error: KeyError: 'missing-key' (rerun with HBPE_DEBUG=1 for the traceback; please report it)",
@@ -205,4 +197,4 @@ def test_unexpected_errors_end_in_one_line(failing_command, monkeypatch):
     assert r.exit_code == 1 and "Traceback (most recent call last)" in r.output and '{}["missing-key"]' in r.output
     assert r.output.strip().splitlines()[-1].startswith("error: internal error: KeyError: 'missing-key'")
     r = CliRunner().invoke(main, ["fail-for-test", "--kind", "interrupt"])
-    _fails(r, 130, "error: interrupted")
+    cli_fails(r, 130, "error: interrupted")

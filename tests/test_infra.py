@@ -231,7 +231,7 @@ def test_kubernetes_job_runs_one_node_rank_per_index():
         assert p["master_addr"] == f"{job['metadata']['name']}-0.{service['metadata']['name']}"
         assert p["master_port"] in {port["port"] for port in service["spec"]["ports"]}
         assert p["master_port"] in {port["containerPort"] for port in container["ports"]}
-    from hbpe.training.config_io import load_config
+    from hbpe.training.train.config_io import load_config
 
     cfg = load_config(p["config"], list(p["overrides"]))
     assert cfg.global_batch_size % (p["nnodes"] * p["nproc"]) == 0 and cfg.autoresume

@@ -63,10 +63,12 @@ def test_layers_import_only_downward(folder):
 def test_the_check_can_fail(tmp_path, monkeypatch):
     fake = tmp_path / "schemas"
     fake.mkdir()
-    (fake / "bad.py").write_text("import torch\nfrom hbpe.training.model import PatchLM\nfrom pipeline import x\n")
+    (fake / "bad.py").write_text(
+        "import torch\nfrom hbpe.training.model.patch_lm import PatchLM\nfrom pipeline import x\n"
+    )
     monkeypatch.setattr("tests.test_layers.REPO", tmp_path)
     assert violations("schemas") == [
         "schemas/bad.py imports torch",
-        "schemas/bad.py imports hbpe.training.model",
+        "schemas/bad.py imports hbpe.training.model.patch_lm",
         "schemas/bad.py imports the top-level name pipeline: use hbpe.pipeline",
     ]

@@ -8,6 +8,9 @@ import time
 import torch
 
 from hbpe.schemas.train_config import TrainConfig
+from hbpe.training.checkpoint.load import load_model
+from hbpe.training.inference.generate import check_generate_args, generate, generate_batch
+from hbpe.training.train.trainer import build_run
 
 
 def bench_train(cfg: TrainConfig, *, batches: int) -> dict:
@@ -15,8 +18,6 @@ def bench_train(cfg: TrainConfig, *, batches: int) -> dict:
     from dataclasses import replace
 
     from composer.loggers import InMemoryLogger
-
-    from hbpe.training.trainer import build_run
 
     with tempfile.TemporaryDirectory(prefix="hbpe-bench-") as tmp:
         cfg = replace(
@@ -80,8 +81,6 @@ def bench_generate(
 ) -> dict:
     """Greedy generation with and without KV caches on the same prompt (they must agree); then
     `batch_size` prompts in one batch vs one after another, both cached (each prompt must agree)."""
-    from hbpe.training.checkpoint import load_model
-    from hbpe.training.generate import check_generate_args, generate, generate_batch
 
     check_generate_args(prompt, max_bytes=max_bytes, temperature=0.0)  # before loading a model
     model, tok, _ = load_model(checkpoint, device=device)

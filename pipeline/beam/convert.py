@@ -34,6 +34,8 @@ from hbpe.pipeline import storage
 from hbpe.pipeline.beam import fs, stores
 from hbpe.pipeline.beam import resume as resuming
 from hbpe.pipeline.beam.finalize import STAGING_DIRNAME, FinalizeContext, finalize_output, replace_output
+from hbpe.pipeline.beam.inprocess import run_inprocess
+from hbpe.pipeline.beam.monitor import run_and_watch
 from hbpe.pipeline.beam.options import choose_runner, default_pipeline_options
 from hbpe.pipeline.beam.outputs import (
     Build,
@@ -44,12 +46,14 @@ from hbpe.pipeline.beam.outputs import (
     output_dir,
     refuse_inside,
 )
-from hbpe.pipeline.beam.progress import StopWorkersOnExit, signals_deferred
 from hbpe.pipeline.beam.progress_bar import ConvertProgress, unit_input_bytes
+from hbpe.pipeline.beam.shard_tasks import plan_shards
+from hbpe.pipeline.beam.signals import StopWorkersOnExit, signals_deferred
 from hbpe.pipeline.beam.units import UnitSummary, encoded_units, unit_key
 from hbpe.pipeline.corpus.documents import RecordPolicy
 from hbpe.pipeline.corpus.files import FileInfo, WorkUnit, file_info, plan_units
 from hbpe.pipeline.corpus.inputs import find_inputs, skipped_line
+from hbpe.pipeline.tokenizer import artifact
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ConfigError, HbpeError
 from hbpe.schemas.shard_columns import MANIFEST_FILENAME
@@ -90,7 +94,6 @@ def build_pipeline(
     import apache_beam as beam
 
     from hbpe.pipeline.beam.encode import EncodeUnits
-    from hbpe.pipeline.beam.shards import plan_shards
     from hbpe.pipeline.beam.write_shards import WriteMdsShards
 
     done = done or {}
@@ -151,7 +154,6 @@ def run_convert(
     Raises HbpeError on user mistakes and failed runs (nothing committed, a previous output
     intact), ConversionInterrupted (a KeyboardInterrupt) on SIGINT or SIGTERM.
     """
-    from hbpe.pipeline.tokenizer import artifact
 
     started = time.time()
 
@@ -221,12 +223,9 @@ def run_convert(
                                keys=keys, timing=timing, skipped_inputs=skipped)  # fmt: skip
                 if ticker:
                     ticker.start()
-                from hbpe.pipeline.beam.monitor import run_and_watch
 
                 run_and_watch(pipeline, opts, n_units=len(units) - len(done), say=say)
             else:
-                from hbpe.pipeline.beam.inprocess import run_inprocess
-
                 run_inprocess(
                     tok, cfg, pending=[u for u in units if u.index not in done], done=done, keys=keys,
                     staging=staging, workers=choice.workers,
@@ -288,7 +287,6 @@ def _prepare_staging(
         if not fs.is_remote(build.path):
             os.makedirs(build.path, exist_ok=True)  # parents too, like mkdir -p (see output_dir)
         resuming.write_record(build.staging, record)
-    from hbpe.pipeline.tokenizer import artifact
 
     with tempfile.TemporaryDirectory(prefix="hbpe-tokenizer-") as tmp:
         local = artifact.fetch(tokenizer_dir, tmp) if storage.is_remote(tokenizer_dir) else tokenizer_dir

@@ -20,7 +20,7 @@ import numpy as np
 
 import hbpe
 from hbpe.pipeline.beam import fs
-from hbpe.pipeline.beam.shards import ShardPlan, read_pieces
+from hbpe.pipeline.beam.shard_tasks import ShardPlan, read_pieces
 from hbpe.pipeline.beam.units import UnitSummary, unit_rejects_path
 from hbpe.schemas import shard_columns
 from hbpe.schemas.canonical import pretty_json

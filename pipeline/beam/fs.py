@@ -16,13 +16,14 @@ import uuid
 from pathlib import Path
 
 from hbpe.pipeline import storage
+from hbpe.pipeline.beam.stores import filesystems, write_empty
+from hbpe.pipeline.tokenizer import artifact
+from hbpe.schemas.tokenizer_artifact import SPEC_FILENAME
 
 
 def _beam_fs():
     """Beam's FileSystems (configured for the stores: stores.py) and the 'uncompressed' flag, imported on a URI."""
     from apache_beam.io.filesystem import CompressionTypes
-
-    from hbpe.pipeline.beam.stores import filesystems
 
     return filesystems(), CompressionTypes.UNCOMPRESSED
 
@@ -74,7 +75,6 @@ class _RemoteFile:
         if self._f is not None:
             self._f.close()
             return
-        from hbpe.pipeline.beam.stores import write_empty
 
         write_empty(self.path)
 
@@ -213,8 +213,6 @@ def load_tokenizer(path: str):
     filesystems serve (gs://, s3://, ...); the library's own storage module knows only the
     object stores streaming supports, so the files are fetched here and loaded locally.
     """
-    from hbpe.pipeline.tokenizer import artifact
-    from hbpe.schemas.tokenizer_artifact import SPEC_FILENAME
 
     if not is_remote(path):
         return artifact.load(path)

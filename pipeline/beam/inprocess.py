@@ -26,8 +26,9 @@ from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from hbpe.pipeline.beam import fs
 from hbpe.pipeline.beam.finalize import FinalizeContext, finalize_output
-from hbpe.pipeline.beam.shards import ShardTask, plan_shards, write_shard
+from hbpe.pipeline.beam.shard_tasks import ShardTask, plan_shards, write_shard
 from hbpe.pipeline.beam.units import UnitSummary, encode_unit
 from hbpe.pipeline.corpus.documents import RecordPolicy
 from hbpe.pipeline.corpus.files import WorkUnit
@@ -144,8 +145,6 @@ def _init_worker(staging: str, load: bool, launcher: int) -> None:
     if _TOK is not None and getattr(_TOK, "_pool", None) is not None:
         _TOK._pool = None  # a thread pool made before the fork is a dead copy here (no thread is copied): a new one
     if load:
-        from hbpe.pipeline.beam import fs
-
         _TOK = fs.load_tokenizer(fs.join(staging, "tokenizer"))
 
 

@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from hbpe.pipeline.beam import fs
+from hbpe.pipeline.beam.finalize import STAGING_DIRNAME
 from hbpe.pipeline.corpus.files import FileInfo
 from hbpe.schemas.canonical import pretty_json
 from hbpe.schemas.convert_config import ConvertConfig
@@ -108,7 +109,6 @@ def refuse(shown: str, why: str) -> ConfigError:
 def unfinished_builds(output: str) -> list[str]:
     """Folders in `output` that hold a conversion's staging, or an --overwrite's complete build whose swap was
     cut short (output itself first, then .hbpe-new-*, newest first)."""
-    from hbpe.pipeline.beam.finalize import STAGING_DIRNAME
 
     names = fs.top_entries(output)
     builds = [output] if STAGING_DIRNAME in names else []

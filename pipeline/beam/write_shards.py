@@ -6,7 +6,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from hbpe.pipeline.beam import fs
-from hbpe.pipeline.beam.shards import ShardTask, write_shard
+from hbpe.pipeline.beam.shard_tasks import ShardTask, write_shard
 
 
 class _WriteShardFn(beam.DoFn):

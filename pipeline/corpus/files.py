@@ -12,10 +12,11 @@ import bz2
 import gzip
 import io
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from hbpe.pipeline import storage
+from hbpe.pipeline.beam.stores import filesystems
 from hbpe.pipeline.corpus.documents import (
     UNREADABLE_INPUT,
     Document,
@@ -76,24 +77,10 @@ def detect_or_none(path: str) -> tuple[str, str | None] | None:
     return None
 
 
-def resolve_inputs(
-    patterns: Iterable[str], *, excludes: Iterable[str] = (), skip_prefixes: Iterable[str] = ()
-) -> list[str]:
-    """The sorted corpus files of files, directories and globs (local or URI), each real file once.
-
-    See `inputs.find_inputs`, which also says what it left out (symlink loops, second paths to a file).
-    """
-    from hbpe.pipeline.corpus.inputs import find_inputs  # it imports this module's format table
-
-    return find_inputs(patterns, excludes=excludes, skip_prefixes=skip_prefixes).paths
-
-
 def open_raw(path: str) -> io.RawIOBase | io.BufferedIOBase:
     """Open local paths directly and URIs (gs://, s3://, ...) through Beam's filesystems."""
     if storage.is_remote(path):
         from apache_beam.io.filesystem import CompressionTypes
-
-        from hbpe.pipeline.beam.stores import filesystems
 
         return filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     return open(path, "rb")
@@ -279,8 +266,6 @@ def iter_documents(
 def file_info(path: str) -> FileInfo:
     fmt, comp = detect(path)
     if storage.is_remote(path):
-        from hbpe.pipeline.beam.stores import filesystems
-
         meta = filesystems().match([path])[0].metadata_list[0]
         return FileInfo(path, meta.size_in_bytes, getattr(meta, "last_updated_in_seconds", None), fmt, comp)
     st = os.stat(path)

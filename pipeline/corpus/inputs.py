@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from hbpe.pipeline import storage
+from hbpe.pipeline.beam.stores import filesystems
 from hbpe.pipeline.corpus.files import KNOWN_SUFFIXES, detect_or_none
 from hbpe.schemas.errors import ConfigError
 
@@ -73,8 +74,6 @@ def find_inputs(
         root = None
         walk = _Walk(skipped)  # one per pattern: the same folder under two --input is found by its files
         if storage.is_remote(pat):
-            from hbpe.pipeline.beam.stores import filesystems
-
             matches = [m.path for m in filesystems().match([pat])[0].metadata_list]
         elif os.path.isdir(pat):
             root = pat
@@ -199,3 +198,13 @@ def _match_parts(parts: list[str], pats: list[str]) -> bool:
     if pats[0] == "**":
         return any(_match_parts(parts[i:], pats[1:]) for i in range(len(parts) + 1))
     return bool(parts) and fnmatch.fnmatchcase(parts[0], pats[0]) and _match_parts(parts[1:], pats[1:])
+
+
+def resolve_inputs(
+    patterns: Iterable[str], *, excludes: Iterable[str] = (), skip_prefixes: Iterable[str] = ()
+) -> list[str]:
+    """The sorted corpus files of files, directories and globs (local or URI), each real file once.
+
+    See `find_inputs`, which also says what it left out (symlink loops, second paths to a file).
+    """
+    return find_inputs(patterns, excludes=excludes, skip_prefixes=skip_prefixes).paths

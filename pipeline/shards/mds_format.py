@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from hbpe.schemas.errors import ArtifactError
+from hbpe.schemas.names import is_plain_file_name
 
 ZSTD_LEVEL = 3  # streaming's default for compression="zstd"
 
@@ -191,14 +192,7 @@ def check_basename(name: Any, *, source: str) -> str:
     Readers join it to the shard directory and streaming joins it to its cache directory,
     so `../x`, `/abs/x` or `a/b` would read or write outside both.
     """
-    if (
-        not isinstance(name, str)
-        or name in ("", ".", "..")
-        or "/" in name
-        or "\\" in name
-        or "\x00" in name
-        or ":" in name  # a drive letter or a URI scheme
-    ):
+    if not is_plain_file_name(name):
         raise ArtifactError(
             f"{source}: shard basename {name!r} is not a plain file name inside the shard directory "
             "(no path separators, '..' or absolute paths); the index was edited or is not from `hbpe convert`: reconvert"

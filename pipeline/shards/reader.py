@@ -21,6 +21,7 @@ import numpy as np
 
 from hbpe.pipeline import storage
 from hbpe.pipeline.shards import mds_format
+from hbpe.pipeline.tokenizer import artifact
 from hbpe.schemas import shard_columns
 from hbpe.schemas.errors import ArtifactError
 from hbpe.schemas.manifest import Manifest
@@ -100,7 +101,8 @@ def read_manifest(shards: str | os.PathLike) -> Manifest:
                 f"{shards} is not a shard directory (no index.json or manifest.json); run `hbpe convert` first"
             )
         raise ArtifactError(
-            f"{shards} has no COMPLETED marker: the conversion did not finish; rerun `hbpe convert --overwrite`"
+            f"{shards} has no COMPLETED marker: the conversion did not finish (or an --overwrite swap was cut short); "
+            "rerun the same `hbpe convert` with --resume, or with --overwrite to start over"
         )
     raw = storage.read_if_exists(mpath)
     if raw is None:
@@ -162,7 +164,6 @@ def load_shard_tokenizer(shards: str | os.PathLike, manifest: Manifest | None = 
     Another valid tokenizer (say an S=6 one copied over the S=10 one) loads fine but decodes
     the symbols into garbage or fails on patch shapes: every reader goes through this check.
     """
-    from hbpe.pipeline.tokenizer import artifact
 
     m = manifest or read_manifest(shards)
     tdir = storage.join(str(shards), shard_columns.TOKENIZER_DIRNAME)

@@ -10,7 +10,8 @@ import numpy as np
 
 from hbpe.pipeline.beam import stores
 from hbpe.pipeline.corpus.documents import Document, RecordPolicy, Reject, count_words
-from hbpe.pipeline.corpus.files import iter_documents, resolve_inputs
+from hbpe.pipeline.corpus.files import iter_documents
+from hbpe.pipeline.corpus.inputs import resolve_inputs
 from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.manifest import Counts, ratios

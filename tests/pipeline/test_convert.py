@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import json
 from pathlib import Path
 
 import pytest
 import zstandard
 
-from hbpe.pipeline.beam.convert import run_convert
 from hbpe.pipeline.shards.reader import ShardDir
-from hbpe.pipeline.shards.tools import export_text_to, verify
-from hbpe.schemas.convert_config import ConvertConfig
+from hbpe.pipeline.shards.tools import verify
 from hbpe.schemas.errors import ConfigError, HbpeError
 from tests.conftest import SAMPLE_EN, SAMPLE_ZH, SHARED_DATA
-
-IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
-
-
-def convert(tok_dir, inputs, out, *, args=IN_MEMORY, overwrite=False, **kw):
-    cfg = ConvertConfig(
-        inputs=tuple(str(i) for i in inputs), output=str(out), tokenizer=str(tok_dir), **{"seq_len": 128, **kw}
-    )
-    return run_convert(cfg, args, progress=False, overwrite=overwrite)
+from tests.helpers import bad_inputs, convert, dir_bytes, exported
 
 
 def read_jsonl_texts(path: Path) -> list[str]:
@@ -32,16 +20,6 @@ def read_jsonl_texts(path: Path) -> list[str]:
     if path.suffix == ".zst":
         data = zstandard.ZstdDecompressor().stream_reader(data).read()
     return [json.loads(line)["text"] for line in data.decode().splitlines()]
-
-
-def exported(out: Path, tmp_path: Path) -> list[str]:
-    dest = tmp_path / f"export-{out.name}.jsonl"
-    export_text_to(dest, ShardDir(out))
-    return [json.loads(line)["text"] for line in dest.read_text().splitlines()]
-
-
-def dir_bytes(path: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
 def test_shared_corpora_multiprocessing_round_trip(tmp_path, gpt2_tokenizer_dir):
@@ -88,32 +66,10 @@ def test_rerun_is_byte_identical_and_independent_of_splitting(tmp_path, gpt2_tok
     assert ma["counts"] == mc["counts"]
 
 
-def _bad_inputs(d: Path) -> None:
-    lines = [
-        b'{"id": "ok1", "text": "first good document"}',
-        b'{"id": "bad-json", "text": "unterminated',
-        b'["not", "an", "object"]',
-        b'{"id": "no-text", "body": "x"}',
-        b'{"id": "int-text", "text": 42}',
-        b'{"id": "bad-utf8", "text": "caf\xe9"}',
-        b'{"id": "surrogate", "text": "\\ud800 alone"}',
-        b'{"id": "empty", "text": ""}',
-        b"   ",
-        b'{"id": "big", "text": "' + b"y" * 500 + b'"}',
-        b'{"id": "ok2", "meta": {}, "text": "second good document"}',
-    ]
-    (d / "a.jsonl").write_bytes(b"\n".join(lines) + b"\n")
-    good = b'{"id": "z1", "text": "zstd document"}\n' * 50
-    z = zstandard.ZstdCompressor()
-    (d / "b.jsonl.zst").write_bytes(z.compress(good) + z.compress(good)[:-12])  # second frame truncated
-    (d / "c.jsonl.gz").write_bytes(gzip.compress(b'{"text": "gzip ok"}\n')[:-6])  # truncated trailer
-    (d / "d.jsonl.bz2").write_bytes(bz2.compress(b'{"text": "bz2 ok"}\n'))
-
-
 def test_bad_inputs_are_counted_and_set_aside(tmp_path, gpt2_tokenizer_dir):
     src = tmp_path / "in"
     src.mkdir()
-    _bad_inputs(src)
+    bad_inputs(src)
     out = tmp_path / "out"
     m = convert(gpt2_tokenizer_dir, [src], out, max_doc_bytes=300, tail="pad")
     c = m["counts"]
@@ -204,7 +160,7 @@ def test_verify_detects_corruption_and_manifest_mismatch(tmp_path, gpt2_tokenize
 
 
 def test_failure_mid_run_commits_nothing(tmp_path, gpt2_tokenizer_dir, monkeypatch):
-    from hbpe.pipeline.beam import shards
+    from hbpe.pipeline.beam import shard_tasks as shards
 
     real = shards._WriteShardFn.process
 

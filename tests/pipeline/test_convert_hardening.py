@@ -28,14 +28,13 @@ import zstandard
 from hbpe.pipeline.beam import convert as convert_module
 from hbpe.pipeline.beam import fs
 from hbpe.pipeline.beam.convert import run_convert
-from hbpe.pipeline.corpus.files import resolve_inputs
+from hbpe.pipeline.corpus.inputs import resolve_inputs
 from hbpe.pipeline.shards.reader import ShardDir, read_manifest
 from hbpe.pipeline.shards.tools import verify
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ArtifactError, ConfigError, HbpeError
 from tests.conftest import IN_MEMORY_BEAM, REPO, SAMPLE_EN, SAMPLE_ZH
-from tests.pipeline.test_convert import dir_bytes, exported
-from tests.pipeline.test_convert_inprocess import without_timing
+from tests.helpers import dir_bytes, exported, without_timing
 
 SPLIT = 1 << 16  # the smallest --split-mb the config takes: a 200 KB file is 4 units
 
@@ -337,7 +336,8 @@ def test_a_local_swap_cut_short_is_finished_by_resume(tmp_path, gpt2_tokenizer_d
 
 
 def test_a_bucket_swap_cut_short_is_finished_by_resume(s3_server, tmp_path, gpt2_tokenizer_dir, monkeypatch):
-    from tests.pipeline.test_object_stores import comparable, get_dir, hbpe
+    from tests.helpers import comparable, get_dir
+    from tests.helpers import hbpe_cli as hbpe
 
     for key, value in s3_server.env.items():
         monkeypatch.setenv(key, value)

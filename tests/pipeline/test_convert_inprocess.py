@@ -27,17 +27,8 @@ from hbpe.pipeline.shards.tools import verify
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ConfigError
 from tests.conftest import IN_MEMORY_BEAM, REPO, SAMPLE_EN, SAMPLE_ZH, SHARED_DATA
-from tests.pipeline.test_convert import _bad_inputs, dir_bytes, exported
-
-
-def without_timing(files: dict[str, bytes]) -> dict[str, bytes]:
-    """A shard directory's files less what differs by design: the manifest's `timing` (wall time, runner, units
-    reused) and the output path it records. All else must be the same bytes."""
-    out = dict(files)
-    m = json.loads(out.pop("manifest.json"))
-    del m["timing"], m["config"]["output"]
-    out["manifest.json"] = json.dumps(m, sort_keys=True).encode()
-    return out
+from tests.helpers import bad_inputs as _bad_inputs
+from tests.helpers import dir_bytes, exported, without_timing
 
 
 def mixed_inputs(d: Path) -> Path:

@@ -15,8 +15,7 @@ from hbpe.pipeline.beam.options import check_pipeline_args, default_pipeline_opt
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ConfigError
 from tests.conftest import SAMPLE_EN, SAMPLE_ZH
-from tests.pipeline.test_convert import dir_bytes
-from tests.pipeline.test_convert_inprocess import without_timing
+from tests.helpers import dir_bytes, without_timing
 
 
 def test_cli_refuses_unknown_options_with_the_likely_fix(tmp_path, gpt2_tokenizer_dir):

@@ -22,8 +22,7 @@ from hbpe.pipeline.beam.convert import run_convert
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ConfigError, HbpeError
 from tests.conftest import IN_MEMORY_BEAM, REPO, SAMPLE_EN, SAMPLE_ZH, SHARED_DATA
-from tests.pipeline.test_convert import dir_bytes
-from tests.pipeline.test_convert_inprocess import without_timing
+from tests.helpers import dir_bytes, without_timing
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +123,7 @@ def test_sigkilled_conversion_resumes_to_the_same_bytes(tmp_path, gpt2_tokenizer
 @pytest.fixture
 def failing_shard_writer(monkeypatch):
     """Shard 1's writer raises, as a crashed worker would, after every unit is encoded (Beam in memory)."""
-    from hbpe.pipeline.beam import shards
+    from hbpe.pipeline.beam import shard_tasks as shards
 
     real = shards._WriteShardFn.process
 

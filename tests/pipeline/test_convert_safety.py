@@ -20,13 +20,13 @@ import pytest
 import zstandard
 
 from hbpe.pipeline.beam.convert import run_convert
-from hbpe.pipeline.corpus.files import resolve_inputs
+from hbpe.pipeline.corpus.inputs import resolve_inputs
 from hbpe.pipeline.shards.reader import ShardDir
 from hbpe.pipeline.shards.tools import verify
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ConfigError, HbpeError
 from tests.conftest import REPO, SAMPLE_EN, SAMPLE_ZH, SHARED_DATA
-from tests.pipeline.test_convert import IN_MEMORY, convert, dir_bytes, exported
+from tests.helpers import IN_MEMORY, convert, dir_bytes, exported
 
 
 def leftovers(out: Path) -> list[str]:
@@ -282,7 +282,7 @@ def test_signal_stops_workers_and_commits_nothing(tmp_path, gpt2_tokenizer_dir, 
 
 
 def test_signals_wait_for_the_output_swap():
-    from hbpe.pipeline.beam.progress import signals_deferred
+    from hbpe.pipeline.beam.signals import signals_deferred
 
     done = []
     # Python's own SIGINT handler: importing Composer (in another test of this process) replaces it

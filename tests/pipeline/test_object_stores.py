@@ -16,16 +16,14 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from click.testing import CliRunner
 
-from hbpe.cli import main
 from hbpe.pipeline.beam.convert import run_convert
 from hbpe.pipeline.beam.stores import _listing_pattern, filesystem_options, store_args
 from hbpe.pipeline.shards.reader import ShardDir, read_manifest
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ArtifactError, HbpeError
 from tests.conftest import IN_MEMORY_BEAM, SAMPLE_EN
-from tests.pipeline.test_convert import dir_bytes
+from tests.helpers import comparable, dir_bytes, get_dir, get_object, hbpe_cli
 
 DOCS_PER_FILE, FILES = 3, 3  # three corpus files: three work units, two shards at --shard-mb 1
 CONVERT_OPTS = ["--seq-len", "128", "--shard-mb", "1"]
@@ -60,32 +58,9 @@ def put(server, uri: str, data: bytes) -> None:
         _gcs().bucket(bucket).blob(key).upload_from_string(data)
 
 
-def get(server, uri: str) -> bytes:
-    bucket, key = _split(uri)
-    if server.scheme == "s3":
-        return _s3(server).get_object(Bucket=bucket, Key=key)["Body"].read()
-    return _gcs().bucket(bucket).blob(key).download_as_bytes()
-
-
 def put_dir(server, local: Path, uri: str) -> None:
     for name, data in dir_bytes(local).items():
         put(server, f"{uri}/{name}", data)
-
-
-def get_dir(server, uri: str, local: Path) -> dict[str, bytes]:
-    """Every object under `uri`, also written below `local` (a local copy for the tools to compare with)."""
-    files = {name: get(server, f"{uri}/{name}") for name in server.list(uri)}
-    for name, data in files.items():
-        (local / name).parent.mkdir(parents=True, exist_ok=True)
-        (local / name).write_bytes(data)
-    return files
-
-
-def hbpe(*args: str, code: int = 0) -> str:
-    """The CLI's stdout when it succeeds, else all it printed (errors go to stderr)."""
-    r = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    assert r.exit_code == code, r.output
-    return r.output if code else r.stdout
 
 
 # ---- the data --------------------------------------------------------------------------------
@@ -114,17 +89,6 @@ def local_run(tmp_path_factory, corpus, gpt2_tokenizer_dir) -> Path:
     return out
 
 
-def comparable(files: dict[str, bytes]) -> dict[str, bytes]:
-    """A shard directory's files less where its data came from: the manifest's timing, the paths it records
-    (config output/inputs/tokenizer, each input's path and mtime). All else must be the same bytes."""
-    out = dict(files)
-    m = json.loads(out.pop("manifest.json"))
-    del m["timing"], m["config"]["output"], m["config"]["inputs"], m["config"]["tokenizer"]
-    m["inputs"] = [i["size"] for i in m["inputs"]]
-    out["manifest.json"] = json.dumps(m, sort_keys=True).encode()
-    return out
-
-
 @pytest.fixture
 def bucket_data(object_store, corpus, gpt2_tokenizer_dir) -> dict[str, str]:
     """A new bucket holding the corpus (in/) and the tokenizer (tok/): URIs of the tokenizer, input glob and output."""
@@ -142,7 +106,9 @@ def bucket_run(object_store, bucket_data) -> str:
     """A finished conversion in a bucket, from a bucket (one per store and test session)."""
     if object_store.scheme not in _converted:
         u = bucket_data
-        hbpe("convert", "--tokenizer", u["tok"], "--input", u["in"], "--out", u["out"], *CONVERT_OPTS, *IN_MEMORY_BEAM)
+        hbpe_cli(
+            "convert", "--tokenizer", u["tok"], "--input", u["in"], "--out", u["out"], *CONVERT_OPTS, *IN_MEMORY_BEAM
+        )
         _converted[object_store.scheme] = u["out"]
     return _converted[object_store.scheme]
 
@@ -177,7 +143,7 @@ def test_beam_gets_the_s3_endpoint_of_the_environment_unless_given():
 def test_convert_from_and_into_a_bucket_resumes_to_the_local_bytes(object_store, bucket_data, local_run, tmp_path):
     """An interrupted --resume run keeps its units in the bucket; the CLI's --resume finishes it, on Beam's
     worker processes (which reach the store only through the options hbpe hands them)."""
-    from hbpe.pipeline.beam import shards
+    from hbpe.pipeline.beam import shard_tasks as shards
 
     u = bucket_data
     real = shards._WriteShardFn.process
@@ -199,7 +165,7 @@ def test_convert_from_and_into_a_bucket_resumes_to_the_local_bytes(object_store,
     assert "COMPLETED" not in staged
 
     args = ["convert", "--tokenizer", u["tok"], "--input", u["in"], "--out", u["out"], *CONVERT_OPTS]
-    m = json.loads(hbpe(*args, "--resume", "--json", "--direct_num_workers=1"))
+    m = json.loads(hbpe_cli(*args, "--resume", "--json", "--direct_num_workers=1"))
     assert m["timing"]["units_reused"] == 3 and m["timing"]["runner"] == "DirectRunner"
     remote = get_dir(object_store, u["out"], tmp_path / "copy")
     assert sorted(remote) == sorted(dir_bytes(local_run))
@@ -207,7 +173,7 @@ def test_convert_from_and_into_a_bucket_resumes_to_the_local_bytes(object_store,
     assert comparable(remote) == comparable(dir_bytes(local_run))
 
     # a finished output: --resume has nothing to continue, as for a local one
-    out = hbpe(*args, "--resume", code=2)
+    out = hbpe_cli(*args, "--resume", code=2)
     assert f"output {u['out']} exists and is not empty; it holds no interrupted conversion to resume" in out
 
 
@@ -218,21 +184,21 @@ def test_shard_tools_on_a_bucket_match_the_local_copy(object_store, bucket_run, 
     copy = tmp_path / "copy"
     get_dir(object_store, bucket_run, copy)
     for cmd in (["inspect", "--samples", "2"], ["stats"]):
-        remote = json.loads(hbpe("shards", *cmd, "--data", bucket_run, "--json"))
-        assert remote == json.loads(hbpe("shards", *cmd, "--data", str(copy), "--json"))
-    assert json.loads(hbpe("shards", "verify", "--data", bucket_run, "--json")) == {
+        remote = json.loads(hbpe_cli("shards", *cmd, "--data", bucket_run, "--json"))
+        assert remote == json.loads(hbpe_cli("shards", *cmd, "--data", str(copy), "--json"))
+    assert json.loads(hbpe_cli("shards", "verify", "--data", bucket_run, "--json")) == {
         "data": bucket_run,
         "ok": True,
         "problems": [],
     }
-    hbpe("shards", "export-text", "--data", str(copy), "--out", str(tmp_path / "local.jsonl"))
+    hbpe_cli("shards", "export-text", "--data", str(copy), "--out", str(tmp_path / "local.jsonl"))
     expected = (tmp_path / "local.jsonl").read_bytes()
     assert expected.count(b"\n") == DOCS_PER_FILE * FILES
-    hbpe("shards", "export-text", "--data", bucket_run, "--out", str(tmp_path / "remote.jsonl"))
+    hbpe_cli("shards", "export-text", "--data", bucket_run, "--out", str(tmp_path / "remote.jsonl"))
     assert (tmp_path / "remote.jsonl").read_bytes() == expected
     target = bucket_run.rsplit("/", 1)[0] + "/export/docs.jsonl"
-    hbpe("shards", "export-text", "--data", bucket_run, "--out", target)
-    assert get(object_store, target) == expected
+    hbpe_cli("shards", "export-text", "--data", bucket_run, "--out", target)
+    assert get_object(object_store, target) == expected
 
 
 def test_verify_finds_a_corrupted_shard_in_a_bucket(object_store, local_run):
@@ -242,13 +208,13 @@ def test_verify_finds_a_corrupted_shard_in_a_bucket(object_store, local_run):
     data = bytearray((local_run / name).read_bytes())
     data[len(data) // 2] ^= 0xFF
     put(object_store, f"{uri}/{name}", bytes(data))
-    out = hbpe("shards", "verify", "--data", uri, code=1)
+    out = hbpe_cli("shards", "verify", "--data", uri, code=1)
     assert f"FAIL {name}: xxh64 does not match index.json (corrupted or replaced)" in out
     with pytest.raises(
         ArtifactError, match=rf"^{uri}: shard file is damaged: {name}: .*hbpe shards verify --data {uri}"
     ):
         ShardDir(uri).check_files()
-    out = hbpe("shards", "stats", "--data", uri, code=2)
+    out = hbpe_cli("shards", "stats", "--data", uri, code=2)
     assert f"error: {uri}: shard file is damaged: {name}" in out
 
 
@@ -259,9 +225,9 @@ def test_tokenizer_info_and_encode_from_a_bucket(object_store, bucket_data, gpt2
     text = tmp_path / "text.txt"
     text.write_text("Fellow-Citizens of the Senate and of the House of Representatives:")
     for cmd in (["info", "--json"], ["encode", "--input", str(text)]):
-        remote = hbpe("tokenizer", *cmd, "--tokenizer", bucket_data["tok"])
-        assert remote == hbpe("tokenizer", *cmd, "--tokenizer", str(gpt2_tokenizer_dir))
-    out = hbpe("tokenizer", "info", "--tokenizer", bucket_data["tok"] + "-none", code=2)
+        remote = hbpe_cli("tokenizer", *cmd, "--tokenizer", bucket_data["tok"])
+        assert remote == hbpe_cli("tokenizer", *cmd, "--tokenizer", str(gpt2_tokenizer_dir))
+    out = hbpe_cli("tokenizer", "info", "--tokenizer", bucket_data["tok"] + "-none", code=2)
     assert f"error: {bucket_data['tok']}-none/tokenizer.json not found" in out
 
 
@@ -283,7 +249,7 @@ def test_an_unreachable_store_fails_the_preflight_in_seconds(object_store, bucke
     u = bucket_data
     settings = "S3_ENDPOINT_URL" if object_store.scheme == "s3" else "STORAGE_EMULATOR_HOST"
     t = time.perf_counter()
-    out = hbpe("convert", "--tokenizer", u["tok"], "--input", u["in"], "--out", u["out"], *CONVERT_OPTS, code=2)
+    out = hbpe_cli("convert", "--tokenizer", u["tok"], "--input", u["in"], "--out", u["out"], *CONVERT_OPTS, code=2)
     assert out.startswith(f"error: cannot reach the tokenizer {u['tok']}"), out
     assert settings in out
     assert time.perf_counter() - t < 15
@@ -294,7 +260,7 @@ def test_an_explicit_s3_endpoint_wins_over_the_environment(s3_server, closed_por
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
     bucket = s3_server.new_bucket()
-    out = hbpe("convert", "--tokenizer", f"{bucket}/tok", "--input", f"{bucket}/in/*.jsonl", "--out", f"{bucket}/out",
+    out = hbpe_cli("convert", "--tokenizer", f"{bucket}/tok", "--input", f"{bucket}/in/*.jsonl", "--out", f"{bucket}/out",
                *CONVERT_OPTS, f"--s3_endpoint_url={closed_port}", code=2)  # fmt: skip
     assert f'error: cannot reach the tokenizer {bucket}/tok (EndpointConnectionError: Could not connect to the endpoint URL: "{closed_port}/' in out  # fmt: skip
 
@@ -302,9 +268,11 @@ def test_an_explicit_s3_endpoint_wins_over_the_environment(s3_server, closed_por
 def test_a_missing_bucket_is_named(object_store, bucket_data, local_run):
     u = bucket_data
     missing = f"{object_store.scheme}://hbpe-no-such-bucket"
-    out = hbpe("convert", "--tokenizer", u["tok"], "--input", u["in"], "--out", f"{missing}/out", *CONVERT_OPTS, code=2)
+    out = hbpe_cli(
+        "convert", "--tokenizer", u["tok"], "--input", u["in"], "--out", f"{missing}/out", *CONVERT_OPTS, code=2
+    )
     assert f"error: the output {missing}/out: bucket 'hbpe-no-such-bucket' does not exist" in out
-    out = hbpe("shards", "export-text", "--data", str(local_run), "--out", f"{missing}/x.jsonl", code=2)
+    out = hbpe_cli("shards", "export-text", "--data", str(local_run), "--out", f"{missing}/x.jsonl", code=2)
     assert f"error: {missing}/x.jsonl: bucket 'hbpe-no-such-bucket' does not exist" in out
     # shards to read from a missing bucket: named as such, not as a prefix without index.json
     with pytest.raises(ArtifactError, match="bucket 'hbpe-no-such-bucket' does not exist"):

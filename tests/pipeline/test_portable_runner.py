@@ -15,8 +15,7 @@ import pytest
 from hbpe.pipeline.beam.convert import run_convert
 from hbpe.schemas.convert_config import ConvertConfig
 from tests.conftest import SAMPLE_ZH
-from tests.pipeline.test_convert import dir_bytes
-from tests.pipeline.test_convert_inprocess import without_timing
+from tests.helpers import dir_bytes, without_timing
 
 
 def _free_port() -> int:

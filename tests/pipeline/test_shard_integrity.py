@@ -18,23 +18,7 @@ from hbpe.pipeline.shards import mds_format
 from hbpe.pipeline.shards.reader import ShardDir
 from hbpe.pipeline.shards.tools import export_text, export_text_to, inspect, stats, verify
 from hbpe.schemas.errors import ArtifactError
-
-SHARD = "shard.00001.mds.zstd"
-
-
-def damage(d, kind: str, name: str = SHARD) -> None:
-    """Flip one byte in the middle of a shard, cut its last 1000 bytes, or delete it."""
-    p = d / name
-    data = bytearray(p.read_bytes())
-    if kind == "flip":
-        data[len(data) // 2] ^= 0xFF
-        p.write_bytes(bytes(data))
-    elif kind == "truncate":
-        p.write_bytes(bytes(data[:-1000]))
-    elif kind == "missing":
-        p.unlink()
-    else:
-        raise ValueError(kind)
+from tests.helpers import DAMAGE, SHARD, damage
 
 
 def edit_json(path, fn) -> None:
@@ -54,12 +38,6 @@ def assert_cli_error(r, pattern: str) -> None:
 
 
 # ---- damaged shard files -------------------------------------------------------------------
-
-DAMAGE = {
-    "flip": "xxh64 does not match index.json",
-    "truncate": "198198 bytes, index.json records 199198",
-    "missing": "missing",
-}
 
 
 @pytest.mark.parametrize("kind", sorted(DAMAGE))

@@ -3,7 +3,7 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from hbpe.pipeline.beam.encode import EncodeUnits, UnitSummary
-from hbpe.pipeline.beam.shards import plan_shards
+from hbpe.pipeline.beam.shard_tasks import plan_shards
 from hbpe.pipeline.corpus.documents import RecordPolicy
 from hbpe.pipeline.corpus.files import WorkUnit
 

@@ -201,7 +201,9 @@ def test_unreachable_store_is_one_quick_artifact_error(monkeypatch):
 def test_a_refused_gcs_endpoint_is_said_at_once(monkeypatch, tmp_path):
     """Issue 20: google-cloud-storage retried a refused connection until the 60 s deadline said "no answer"."""
     adc = tmp_path / "adc.json"
-    adc.write_text(json.dumps({"type": "authorized_user", "client_id": "x", "client_secret": "x", "refresh_token": "x"}))
+    adc.write_text(
+        json.dumps({"type": "authorized_user", "client_id": "x", "client_secret": "x", "refresh_token": "x"})
+    )
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "p")
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", REFUSED)

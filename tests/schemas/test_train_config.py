@@ -8,7 +8,7 @@ import pytest
 
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.train_config import DataConfig, ModelConfig, OptimConfig, TrainConfig, model_config
-from hbpe.training.config_io import load_config
+from hbpe.training.train.config_io import load_config
 
 BASE = {"data": {"train": "shards"}}
 
@@ -152,7 +152,7 @@ def test_coercions_keep_working_configs():
     )
     assert cfg.optim.lr == 3e-4 and type(cfg.optim.lr) is float
     assert cfg.optim.betas == (0.9, 0.99) and cfg.optim.weight_decay == 0.0
-    assert cfg.model_config.dropout == 0.0 and type(cfg.model_config.dropout) is float
+    assert cfg.model.dropout == 0.0 and type(cfg.model.dropout) is float
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg  # round trip
     assert dataclasses.replace(cfg, max_duration="5ba").max_duration == "5ba"
     with pytest.raises(ConfigError, match=r"max_duration: got 5 \(an integer\)"):

@@ -18,10 +18,10 @@ from click.testing import CliRunner
 from hbpe.cli import main
 from hbpe.pipeline import storage
 from hbpe.schemas.errors import ConfigError
-from hbpe.training.config_io import load_config
-from hbpe.training.save_folder import latest_checkpoint
-from tests.test_cli_train import _fails
-from tests.training.test_stream_cache_lock import CacheHolder
+from hbpe.training.checkpoint.save_folder import latest_checkpoint
+from hbpe.training.train.config_io import load_config
+from tests.helpers import CacheHolder
+from tests.helpers import cli_fails as _fails
 
 EACH_BATCH = ("eval_interval=100ba", "save_interval=1ba", "console=false", "log_interval=100ba")
 

@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 from hbpe.cli import main
 from hbpe.schemas.errors import ArtifactError
-from hbpe.training.checkpoint import composer_checkpoint_validator, ensure_safe_checkpoint, load_model, safe_torch_load
+from hbpe.training.checkpoint.load import load_model
+from hbpe.training.checkpoint.safe_load import composer_checkpoint_validator, ensure_safe_checkpoint, safe_torch_load
 from tests.conftest import REPO, TINY_RUN_BATCHES, copy_run
 
 
@@ -93,7 +94,9 @@ def test_payload_is_refused_in_composers_own_loader(payload_ckpt, monkeypatch):
     from composer.utils.checkpoint import safe_torch_load as composer_load
 
     path, marker = payload_ckpt
-    monkeypatch.setenv("CHECKPOINT_VALIDATION_FUNCTION", "hbpe.training.checkpoint.composer_checkpoint_validator")
+    monkeypatch.setenv(
+        "CHECKPOINT_VALIDATION_FUNCTION", "hbpe.training.checkpoint.safe_load.composer_checkpoint_validator"
+    )
     with pytest.raises(ArtifactError, match="refused"):
         composer_load(str(path))
     assert not marker.exists()
@@ -151,7 +154,7 @@ def sharded_run(sample_shards, tmp_path_factory) -> Path:
     overrides = [f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={folder}", "max_duration=2ba"]
     overrides += ["eval_interval=2ba", "save_interval=2ba", "fsdp={version: 2}", "log_interval=100ba"]
     cmd = [sys.executable, "-m", "composer.cli.launcher", "-n", "1", "--master_port", str(port)]
-    cmd += ["-m", "hbpe.training.launch", "tiny", *overrides]
+    cmd += ["-m", "hbpe.training.train.launch", "tiny", *overrides]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
@@ -182,9 +185,13 @@ def test_sharded_checkpoint_passes(sharded_run, monkeypatch):
     ensure_safe_checkpoint(latest)
     assert composer_checkpoint_validator(latest / ".metadata")
     assert composer_checkpoint_validator(latest / "__0_0.distcp", [(0, 10)])
-    monkeypatch.setenv("CHECKPOINT_VALIDATION_FUNCTION", "hbpe.training.checkpoint.composer_checkpoint_validator")
+    monkeypatch.setenv(
+        "CHECKPOINT_VALIDATION_FUNCTION", "hbpe.training.checkpoint.safe_load.composer_checkpoint_validator"
+    )
     assert _dcp_load_batch(latest.resolve()) == 2
-    model, _, _ = load_model(str(sharded_run))  # read directly (training/consolidate.py), through the same checks
+    model, _, _ = load_model(
+        str(sharded_run)
+    )  # read directly (training/checkpoint/consolidate.py), through the same checks
     assert model.io.encoder.embed.weight is model.io.decoder.embed.weight
 
 
@@ -220,7 +227,9 @@ def test_sharded_item_payload_is_refused_also_in_composers_reader(sharded_run, t
     item_refused = r"__0_0\.distcp: item state\.timestamp\.Timestamp\.batch refused: it holds [\w.]*open"
     with pytest.raises(ArtifactError, match=item_refused):
         ensure_safe_checkpoint(ckpt)
-    monkeypatch.setenv("CHECKPOINT_VALIDATION_FUNCTION", "hbpe.training.checkpoint.composer_checkpoint_validator")
+    monkeypatch.setenv(
+        "CHECKPOINT_VALIDATION_FUNCTION", "hbpe.training.checkpoint.safe_load.composer_checkpoint_validator"
+    )
     # torch.distributed.checkpoint wraps what its reader raises (per rank): our line arrives inside its exception
     with pytest.raises(CheckpointException, match=item_refused):
         _dcp_load_batch(ckpt)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hbpe.schemas.errors import ConfigError
-from hbpe.training.config_io import MAX_CONFIG_BYTES, load_config
+from hbpe.training.train.config_io import MAX_CONFIG_BYTES, load_config
 
 
 def _bomb(levels: int) -> str:
@@ -56,7 +56,7 @@ def test_a_huge_config_file_is_refused_before_it_is_parsed(tmp_path):
 
 
 def test_an_alias_bomb_in_an_experiment_spec_is_refused(tmp_path):
-    from hbpe.training.experiments.presets import load_spec
+    from hbpe.experiments.presets import load_spec
 
     spec = tmp_path / "bomb-exp.yaml"
     head = "name: x\ndescription: y\nfirst_stages: {g: {encoding: gpt2}}\n"

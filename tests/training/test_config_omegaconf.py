@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from hbpe.schemas.errors import ConfigError
-from hbpe.training.config_io import load_config
+from hbpe.training.train.config_io import load_config
 
 BASE = """\
 run_name: exp1

@@ -19,8 +19,10 @@ from click.testing import CliRunner
 
 from hbpe.cli import main
 from hbpe.schemas.errors import ArtifactError, ConfigError
-from hbpe.training.checkpoint import _dcp_metadata, load_model, safe_torch_load
-from hbpe.training.consolidate import consolidate_checkpoint, read_sharded_model
+from hbpe.training.checkpoint.consolidate import consolidate_checkpoint
+from hbpe.training.checkpoint.load import load_model
+from hbpe.training.checkpoint.safe_load import dcp_metadata, safe_torch_load
+from hbpe.training.checkpoint.sharded import read_sharded_model
 from tests.conftest import REPO, copy_run
 
 
@@ -35,7 +37,7 @@ def sharded_run(sample_shards, tmp_path_factory) -> Path:
     overrides = [f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={folder}", "max_duration=2ba"]
     overrides += ["eval_interval=2ba", "save_interval=2ba", "fsdp={version: 2}", "log_interval=100ba"]
     cmd = [sys.executable, "-m", "composer.cli.launcher", "-n", "2", "--master_port", str(port)]
-    cmd += ["-m", "hbpe.training.launch", "tiny", *overrides]
+    cmd += ["-m", "hbpe.training.train.launch", "tiny", *overrides]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
@@ -48,7 +50,7 @@ def test_sharded_weights_equal_torchs_own_consolidation(sharded_run, tmp_path):
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     ckpt = (sharded_run / "latest-rank0.pt").resolve()
-    md = _dcp_metadata(ckpt)
+    md = dcp_metadata(ckpt)
     chunks = md.state_dict_metadata["state.model.model.latent.blocks.0.attn.qkv.weight"].chunks
     assert len(chunks) == 2  # the tensor really is split across the two ranks
     ours = read_sharded_model(ckpt)

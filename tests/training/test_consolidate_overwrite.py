@@ -11,8 +11,9 @@ from click.testing import CliRunner
 
 from hbpe.cli import main
 from hbpe.pipeline import storage
-from hbpe.training.checkpoint import load_model, safe_torch_load
-from hbpe.training.export import export_model
+from hbpe.training.checkpoint.export import export_model
+from hbpe.training.checkpoint.load import load_model
+from hbpe.training.checkpoint.safe_load import safe_torch_load
 from tests.conftest import copy_run
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from hbpe.training.experiments.crossover import analyse_pair, fieller, fit_gap, gap_points, t975
+from hbpe.experiments.crossover import analyse_pair, fieller, fit_gap, gap_points, t975
 
 BATCHES = 2000
 POINTS = [100 * (j + 1) for j in range(20)]  # 20 curve points

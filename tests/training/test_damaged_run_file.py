@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from hbpe.cli import main
 from tests.conftest import copy_run
-from tests.test_cli_train import _fails
+from tests.helpers import cli_fails as _fails
 
 FIX = "`hbpe train` writes it beside the checkpoints: restore it from a copy of the run"
 

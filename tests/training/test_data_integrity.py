@@ -18,10 +18,10 @@ from hbpe.cli import main
 from hbpe.pipeline.shards.reader import load_shard_tokenizer
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ArtifactError
-from hbpe.training.config_io import load_config
-from hbpe.training.data import Collator, PatchSource, build_dataloader, check_shards
+from hbpe.training.data.loader import Collator, PatchSource, build_dataloader, check_shards
+from hbpe.training.train.config_io import load_config
 from tests.conftest import IN_MEMORY_BEAM
-from tests.pipeline.test_shard_integrity import DAMAGE, SHARD, damage
+from tests.helpers import DAMAGE, SHARD, damage
 
 
 def loader(shards, cache, **kw):
@@ -46,7 +46,7 @@ def test_train_refuses_damaged_shards_and_saves_nothing(sample_shards, train_cop
     damage(train_copy, kind)
     folder = tmp_path / "run"
     args = [f"data.train={train_copy}", f"data.eval={sample_shards[1]}", f"save_folder={folder}", "max_duration=2ba"]
-    from hbpe.training.trainer import build_run
+    from hbpe.training.train.trainer import build_run
 
     with pytest.raises(ArtifactError, match=f"{SHARD}: {DAMAGE[kind]}"):
         build_run(load_config("tiny", args))
@@ -61,7 +61,7 @@ def test_train_refuses_damaged_eval_shards(sample_shards, eval_copy, tmp_path):
     cfg = load_config(
         "tiny", [f"data.train={sample_shards[0]}", f"data.eval={eval_copy}", f"save_folder={tmp_path / 'run'}"]
     )
-    from hbpe.training.trainer import build_run
+    from hbpe.training.train.trainer import build_run
 
     with pytest.raises(ArtifactError, match="eval: shard file is damaged: shard.00000.mds.zstd: xxh64"):
         build_run(cfg)
@@ -177,7 +177,7 @@ def test_collator_keeps_the_markers(gpt2_tokenizer):
 @pytest.fixture(scope="module")
 def checkpoint(tiny_run, sample_shards):
     """The shared tiny run (a real Composer checkpoint); these tests only read it."""
-    from hbpe.training.evaluate import evaluate
+    from hbpe.training.inference.evaluate import evaluate
 
     assert evaluate(str(tiny_run), str(sample_shards[1]), max_batches=2)["bpb"] > 0  # the undamaged shards evaluate
     return tiny_run
@@ -185,7 +185,7 @@ def checkpoint(tiny_run, sample_shards):
 
 @pytest.mark.parametrize("kind", sorted(DAMAGE))
 def test_eval_refuses_damaged_shards(checkpoint, eval_copy, kind):
-    from hbpe.training.evaluate import evaluate
+    from hbpe.training.inference.evaluate import evaluate
 
     damage(eval_copy, kind, "shard.00000.mds.zstd")
     problem = {"flip": "xxh64 does not match", "truncate": r"\d+ bytes, index.json records \d+", "missing": "missing"}
@@ -199,7 +199,7 @@ def test_eval_refuses_damaged_shards(checkpoint, eval_copy, kind):
 def test_eval_over_zero_bytes_is_an_error(checkpoint, gpt2_tokenizer_dir, tmp_path):
     """Documents of one token, 2 patches per sample: every predicted patch is an EOD, covering no text."""
     from hbpe.pipeline.beam.convert import run_convert
-    from hbpe.training.evaluate import evaluate
+    from hbpe.training.inference.evaluate import evaluate
 
     src = tmp_path / "one-token-docs.jsonl"
     src.write_text("".join(json.dumps({"text": w}) + "\n" for w in ["the", "of", "and", "to", "a", "in"]))
@@ -225,7 +225,7 @@ def test_training_refuses_a_shard_tokenizer_copy_that_does_not_match_the_manifes
 _BUILD_LOADER = """
 import sys
 from hbpe.pipeline.shards.reader import load_shard_tokenizer
-from hbpe.training.data import build_dataloader
+from hbpe.training.data.loader import build_dataloader
 shards, cache = sys.argv[1], sys.argv[2]
 dl = build_dataloader(shards, load_shard_tokenizer(shards), batch_size=2, cache_dir=cache, shuffle=False, shuffle_seed=0)
 print(len(next(iter(dl))["tokens"]))

@@ -16,17 +16,19 @@ from click.testing import CliRunner
 
 from hbpe.cli import main
 from hbpe.schemas.errors import ArtifactError, ConfigError
-from hbpe.training.checkpoint import load_model
-from hbpe.training.evaluate import evaluate
-from hbpe.training.export import MODEL_FILE, export_model, write_export
+from hbpe.training.checkpoint.export import export_model
+from hbpe.training.checkpoint.export_format import write_export
+from hbpe.training.checkpoint.load import load_model
+from hbpe.training.checkpoint.names import MODEL_FILE
+from hbpe.training.inference.evaluate import evaluate
 from tests.conftest import copy_run
 
 ENTROPY = "entmodel"  # the byte-level model's save folder, named relative to the working directory
 
 
 def _train(overrides: list[str]) -> None:
-    from hbpe.training.config_io import load_config
-    from hbpe.training.trainer import train
+    from hbpe.training.train.config_io import load_config
+    from hbpe.training.train.trainer import train
 
     common = ["console=false", "eval_interval=2ba", "save_interval=2ba", "eval_subset_num_batches=1"]
     train(load_config("tiny", [*common, *overrides]))
@@ -168,9 +170,9 @@ def test_a_run_and_an_export_in_a_bucket_read_their_own_entropy_model(
 
 def test_autoresume_accepts_a_run_file_written_before_the_fingerprint_field(tiny_run, sample_shards, tmp_path):
     """A field added to the model config (model.entropy_model_sha256) must not make older runs unresumable."""
-    from hbpe.training.config_io import load_config
-    from hbpe.training.run_files import read_run_files
-    from hbpe.training.save_folder import check_resume_matches
+    from hbpe.training.checkpoint.run_files import read_run_files
+    from hbpe.training.checkpoint.save_folder import check_resume_matches
+    from hbpe.training.train.config_io import load_config
 
     run = copy_run(tiny_run, tmp_path / "run")
     meta = json.loads((run / "hbpe_run.json").read_text())
@@ -183,8 +185,8 @@ def test_autoresume_accepts_a_run_file_written_before_the_fingerprint_field(tiny
 
 def test_a_pinned_fingerprint_refuses_another_entropy_model(entropy_run, decoy, sample_shards):
     from hbpe.pipeline.tokenizer import artifact
-    from hbpe.training.config_io import load_config
-    from hbpe.training.trainer import resolve_entropy_threshold
+    from hbpe.training.train.calibration import resolve_entropy_threshold
+    from hbpe.training.train.config_io import load_config
 
     work, run, _ = entropy_run
     sha = json.loads((run / "hbpe_run.json").read_text())["model"]["entropy_model_sha256"]
@@ -194,7 +196,7 @@ def test_a_pinned_fingerprint_refuses_another_entropy_model(entropy_run, decoy, 
     cfg, _ = resolve_entropy_threshold(
         load_config("tiny", [*common, f"model.entropy_model={work / ENTROPY}", pinned]), tok
     )
-    assert cfg.model_config.entropy_model_sha256 == sha
+    assert cfg.model.entropy_model_sha256 == sha
     with pytest.raises(
         ConfigError, match=rf"has the fingerprint [0-9a-f]{{64}}, not the model.entropy_model_sha256={sha}"
     ):

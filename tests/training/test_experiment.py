@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from hbpe.cli import main
+from hbpe.experiments.presets import PRESETS, load_spec
 from hbpe.schemas.errors import ConfigError
-from hbpe.training.experiments.presets import PRESETS, load_spec
 from tests.conftest import split_sample
 
 # every preset at its own structure, with a budget and sizes that run in seconds
@@ -62,7 +62,7 @@ def test_table1_mini_runs_every_scheme_at_an_equal_byte_budget(corpus, tmp_path)
     # ... and refuses results written under another budget instead of mixing them into the table
     train, held = corpus
     with pytest.raises(ConfigError, match="another spec"):
-        from hbpe.training.experiments.runner import run_experiment
+        from hbpe.experiments.runner import run_experiment
 
         spec = load_spec("table1-mini", [*NARROW, "batches=6"], train_corpus=[str(train)], eval_corpus=[str(held)])
         run_experiment(spec, out)

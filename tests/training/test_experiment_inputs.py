@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from hbpe.cli import main
+from hbpe.experiments.data_prep import corpus_files, rank_file_of
+from hbpe.experiments.out_folder import claim
+from hbpe.experiments.presets import load_spec
 from hbpe.schemas.errors import ConfigError
-from hbpe.training.experiments.data_prep import corpus_files, rank_file_of
-from hbpe.training.experiments.out_folder import claim
-from hbpe.training.experiments.presets import load_spec
 from tests.conftest import SAMPLE_EN, SHARED_DATA, split_sample
 
 SPEC = """\
@@ -145,7 +145,7 @@ def test_hbpe_shared_data_points_elsewhere_and_a_missing_corpus_says_where_it_lo
     )
 
     monkeypatch.delenv("HBPE_SHARED_DATA")
-    monkeypatch.setattr("hbpe.training.experiments.shared_data.BESIDE_CHECKOUT", tmp_path / "no-checkout")
+    monkeypatch.setattr("hbpe.experiments.shared_data.BESIDE_CHECKOUT", tmp_path / "no-checkout")
     with pytest.raises(
         ConfigError, match=r"is not in .*no-checkout and .*shared/data \(\$HBPE_SHARED_DATA is not set\)"
     ):
@@ -153,7 +153,7 @@ def test_hbpe_shared_data_points_elsewhere_and_a_missing_corpus_says_where_it_lo
 
 
 def test_a_corpus_in_a_bucket_is_keyed_on_its_bytes_too(object_store):
-    from hbpe.training.experiments.inputs import content_key
+    from hbpe.experiments.inputs import content_key
 
     uri = f"{object_store.new_bucket()}/corpus/train.jsonl"
     object_store.put(uri, b'{"text": "one"}\n')

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from hbpe.cli import main
+from hbpe.experiments.presets import load_spec
 from hbpe.schemas.errors import ConfigError
-from hbpe.training.experiments.presets import load_spec
 from tests.conftest import split_sample
 
 NARROW = [

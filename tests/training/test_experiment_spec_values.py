@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from hbpe.cli import main
+from hbpe.experiments.presets import PRESETS, load_spec
 from hbpe.schemas.errors import ConfigError
-from hbpe.training.experiments.presets import PRESETS, load_spec
-from tests.test_cli_train import _fails
+from tests.helpers import cli_fails as _fails
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,10 @@ from click.testing import CliRunner
 from hbpe.cli import main
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.train_config import model_config
-from hbpe.training.checkpoint import load_model
-from hbpe.training.export import MODEL_FILE, WEIGHTS_FILE, load_exported, tied_weights, write_export
-from hbpe.training.model import VocabSpec, build_model
+from hbpe.training.checkpoint.export_format import load_exported, tied_weights, write_export
+from hbpe.training.checkpoint.load import load_model
+from hbpe.training.checkpoint.names import MODEL_FILE, WEIGHTS_FILE
+from hbpe.training.model.patch_lm import VocabSpec, build_model
 
 
 def _batch(tok, text: str) -> dict[str, torch.Tensor]:
@@ -49,8 +50,8 @@ def exported(tiny_run, tmp_path_factory):
 def test_hierarchical_export_round_trips_tied_and_equal(tiny_run, exported, sample_shards):
     from safetensors import safe_open
 
-    from hbpe.training.evaluate import evaluate
-    from hbpe.training.generate import generate
+    from hbpe.training.inference.evaluate import evaluate
+    from hbpe.training.inference.generate import generate
 
     assert sorted(p.name for p in exported.iterdir()) == [MODEL_FILE, WEIGHTS_FILE, "tokenizer"]
     with safe_open(str(exported / WEIGHTS_FILE), "pt") as f:

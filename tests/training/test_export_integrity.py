@@ -18,8 +18,10 @@ from click.testing import CliRunner
 from hbpe.cli import main
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.train_config import MODEL_SIZE_LIMITS, model_config
-from hbpe.training.checkpoint import load_model
-from hbpe.training.export import MODEL_FILE, WEIGHTS_FILE, export_model, write_export
+from hbpe.training.checkpoint.export import export_model
+from hbpe.training.checkpoint.export_format import write_export
+from hbpe.training.checkpoint.load import load_model
+from hbpe.training.checkpoint.names import MODEL_FILE, WEIGHTS_FILE
 
 
 @pytest.fixture(scope="module")

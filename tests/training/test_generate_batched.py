@@ -1,4 +1,4 @@
-"""KV-cached, batched generation (training/kv_decode.py) against the modules it reimplements.
+"""KV-cached, batched generation (training/inference/kv_decode.py) against the modules it reimplements.
 
 The scaled model has 3 layers everywhere and weights far from the init (as in test_kv_cache.py),
 so a wrong RoPE position, a stale key, a mask letting a filler slot in, or a misplaced norm gain
@@ -15,9 +15,9 @@ import torch
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.symbols import EOD, PAD
 from hbpe.schemas.train_config import model_config
-from hbpe.training.generate import generate, generate_batch
-from hbpe.training.kv_decode import CachedPatchLM
-from hbpe.training.model import VocabSpec, build_model
+from hbpe.training.inference.generate import generate, generate_batch
+from hbpe.training.inference.kv_decode import CachedPatchLM
+from hbpe.training.model.patch_lm import VocabSpec, build_model
 
 VARIANTS = [("prefix", "mean"), ("prefix", "eop"), ("add", "mean"), ("add", "eop")]
 TOL = 1e-5
@@ -119,7 +119,7 @@ def test_cached_generation_equals_recomputation(gpt2_tokenizer, conditioning, po
 
 
 def test_a_prompt_continues_the_same_alone_or_in_a_batch(tiny_run):
-    from hbpe.training.checkpoint import load_model
+    from hbpe.training.checkpoint.load import load_model
 
     model, tok, _ = load_model(str(tiny_run))
     for temperature in (0.0, 0.8):
@@ -153,7 +153,7 @@ def test_generate_command_takes_several_prompts(tiny_run, tmp_path):
     from click.testing import CliRunner
 
     from hbpe.cli import main
-    from hbpe.training.checkpoint import load_model
+    from hbpe.training.checkpoint.load import load_model
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("We the People\nTo the Congress of the United States:\n")

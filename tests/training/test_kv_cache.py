@@ -11,8 +11,8 @@ import torch
 
 from hbpe.schemas.symbols import EOD, PAD
 from hbpe.schemas.train_config import model_config
-from hbpe.training.layers import KVCache
-from hbpe.training.model import VocabSpec, build_model
+from hbpe.training.model.layers import KVCache
+from hbpe.training.model.patch_lm import VocabSpec, build_model
 
 VARIANTS = [("prefix", "mean"), ("prefix", "eop"), ("add", "mean"), ("add", "eop")]
 TOL = 1e-5

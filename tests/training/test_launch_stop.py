@@ -54,7 +54,7 @@ def test_sigterm_stops_every_rank_before_the_command_exits(sample_shards, tmp_pa
             assert cli.poll() is None, (tmp_path / "err.txt").read_text()[-3000:]
             time.sleep(0.2)
         procs = psutil.Process(cli.pid).children(recursive=True)  # the launcher, the 2 ranks, their helpers
-        ranks = [p for p in procs if p.cmdline()[1:3] == ["-m", "hbpe.training.launch"]]
+        ranks = [p for p in procs if p.cmdline()[1:3] == ["-m", "hbpe.training.train.launch"]]
         assert len(ranks) == 2
         saved = _checkpoint_batches(folder)
         cli.send_signal(signal.SIGTERM)

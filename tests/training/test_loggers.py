@@ -15,9 +15,9 @@ from composer.loggers import InMemoryLogger
 
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.train_config import CALLBACKS, LOGGERS
-from hbpe.training.config_io import load_config
-from hbpe.training.loggers import CALLBACK_CLASSES, LOGGER_CLASSES, build_callbacks, build_loggers
-from hbpe.training.trainer import build_run
+from hbpe.training.train.config_io import load_config
+from hbpe.training.train.loggers import CALLBACK_CLASSES, LOGGER_CLASSES, build_callbacks, build_loggers
+from hbpe.training.train.trainer import build_run
 
 
 def test_every_configurable_name_is_a_composer_class():

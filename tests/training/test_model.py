@@ -9,12 +9,12 @@ import torch
 from hbpe.pipeline.tokenizer import artifact
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.train_config import model_config
-from hbpe.training.composer_model import HierarchicalComposerModel
-from hbpe.training.data import Collator, PatchSource, check_compatible, read_manifest
-from hbpe.training.generate import generate
-from hbpe.training.local_models import LocalDecoder, LocalEncoder
-from hbpe.training.model import VocabSpec, build_model, parameter_counts
-from hbpe.training.patch_io import IGNORE
+from hbpe.training.data.loader import Collator, PatchSource, check_compatible, read_manifest
+from hbpe.training.inference.generate import generate
+from hbpe.training.model.local_models import LocalDecoder, LocalEncoder
+from hbpe.training.model.patch_io import IGNORE
+from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
+from hbpe.training.train.composer_model import HierarchicalComposerModel
 
 
 def _batch(tok, texts, seq_len=32):
@@ -135,6 +135,6 @@ def test_shard_reuse_rules(sample_shards, gpt2_tokenizer):
 
 
 def test_bpb_over_nothing_is_nan_not_zero():
-    from hbpe.training.metrics import BitsPerByte
+    from hbpe.training.train.metrics import BitsPerByte
 
     assert math.isnan(float(BitsPerByte().compute()))

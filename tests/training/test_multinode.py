@@ -22,7 +22,7 @@ import torch
 from click.testing import CliRunner
 
 from hbpe.cli import main
-from hbpe.training.launch_command import launcher_command
+from hbpe.training.train.launch_command import launcher_command
 from tests.conftest import REPO
 
 UNSHARE = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs tmpfs /dev/shm && exec "$@"', "sh"]
@@ -146,7 +146,7 @@ def test_the_launcher_command_of_one_node_of_several():
         "--master_port",
         "29500",
         "-m",
-        "hbpe.training.launch",
+        "hbpe.training.train.launch",
         "tiny",
         "max_duration=2ba",
     ]
@@ -179,8 +179,8 @@ def test_node_flags_are_checked_before_anything_starts(flags, match, tmp_path):
 
 def test_a_new_run_needs_canonical_nodes_that_divide_its_nodes(tmp_path):
     from hbpe.schemas.errors import ConfigError
-    from hbpe.training.config_io import load_config
-    from hbpe.training.trainer import check_canonical_nodes
+    from hbpe.training.train.config_io import load_config
+    from hbpe.training.train.trainer import check_canonical_nodes
 
     def cfg(*extra):
         return load_config("tiny", ["data.train=s", f"save_folder={tmp_path}", *extra], check_paths=False)

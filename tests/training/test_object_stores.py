@@ -22,9 +22,9 @@ from composer import Callback, Event
 from hbpe.cli import main
 from hbpe.pipeline import storage
 from hbpe.schemas.errors import ConfigError
-from hbpe.training.config_io import load_config
-from hbpe.training.save_folder import check_save_folder, clear_previous_run
-from hbpe.training.trainer import build_run
+from hbpe.training.checkpoint.save_folder import check_save_folder, clear_previous_run
+from hbpe.training.train.config_io import load_config
+from hbpe.training.train.trainer import build_run
 from tests.object_stores import ObjectStoreServer
 
 RUN_NAME = "bucket-run"
@@ -143,7 +143,7 @@ def consolidate_a_sharded_checkpoint_in_the_bucket(store: BucketRun, tmp_path) -
     import torch
     import torch.distributed.checkpoint as dcp
 
-    from hbpe.training.checkpoint import load_model
+    from hbpe.training.checkpoint.load import load_model
 
     model, _, _ = load_model(f"{store.run}/ep0-ba4-rank0.pt")
     sharded = tmp_path / "ep0-ba4"

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from hbpe.cli import main
 from hbpe.schemas.errors import ConfigError
-from hbpe.training.trainer import build_run, train
-from tests.test_cli_train import _fails
-from tests.training.test_train import _cfg
+from hbpe.training.train.trainer import build_run, train
+from tests.helpers import cli_fails as _fails
+from tests.helpers import train_cfg as _cfg
 
 EACH_BATCH = ("eval_interval=100ba", "save_interval=1ba", "console=false")
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from composer import Callback
 
-from hbpe.training.config_io import load_config
-from hbpe.training.experiments.presets import PRESETS, load_spec
-from hbpe.training.experiments.runner import train_config
-from hbpe.training.trainer import build_run
+from hbpe.experiments.presets import PRESETS, load_spec
+from hbpe.experiments.runner import train_config
+from hbpe.training.train.config_io import load_config
+from hbpe.training.train.trainer import build_run
 
 
 class _LearningRates(Callback):
@@ -48,7 +48,7 @@ def test_constant_schedule_holds_the_rate_after_the_warm_up(sample_shards, tmp_p
 
 
 def test_an_experiment_passes_its_schedule_and_seed_to_every_run(tmp_path):
-    from hbpe.training.experiments.data_prep import StageData
+    from hbpe.experiments.data_prep import StageData
 
     stage = StageData(tmp_path / "tok", tmp_path / "train", tmp_path / "eval")
     spec = load_spec("crossover-mini")

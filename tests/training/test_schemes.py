@@ -13,17 +13,17 @@ from hbpe.pipeline.shards.reader import ShardDir
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.symbols import EOD, EOP, PAD
 from hbpe.schemas.train_config import IO_SCHEMES, model_config
-from hbpe.training.byte_patching import (
+from hbpe.training.data.byte_patching import (
     VocabularyBytes,
     patch_starts,
     sample_units,
     space_starts,
     to_patches,
 )
-from hbpe.training.entropy_model import choose_threshold, mean_patch_bytes
-from hbpe.training.model import VocabSpec, build_model
-from hbpe.training.patch_io import IGNORE, cross_entropy_sum
-from hbpe.training.schemes import BytePatchScheme, build_scheme, vocabulary_bytes
+from hbpe.training.data.schemes import BytePatchScheme, build_scheme, vocabulary_bytes
+from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
+from hbpe.training.model.patch_lm import VocabSpec, build_model
+from hbpe.training.train.calibration import choose_threshold, mean_patch_bytes
 
 
 def _units(text: bytes) -> np.ndarray:
@@ -162,8 +162,8 @@ def test_every_scheme_trains_from_the_same_shards(sample_shards, tmp_path):
     """bytes first (it is the entropy model), then space and entropy: each learns in 12 real Composer batches."""
     import json
 
-    from hbpe.training.config_io import load_config
-    from hbpe.training.trainer import train
+    from hbpe.training.train.config_io import load_config
+    from hbpe.training.train.trainer import train
 
     train_dir, eval_dir = sample_shards
     base = [f"data.train={train_dir}", f"data.eval={eval_dir}", "console=false", "max_duration=12ba"]
@@ -179,9 +179,9 @@ def test_every_scheme_trains_from_the_same_shards(sample_shards, tmp_path):
     meta = json.loads((tmp_path / "entropy" / "hbpe_run.json").read_text())
     assert meta["model"]["entropy_threshold"] > 0  # chosen on the shards and recorded for eval
 
-    from hbpe.training.checkpoint import load_model
-    from hbpe.training.evaluate import evaluate
-    from hbpe.training.generate import generate
+    from hbpe.training.checkpoint.load import load_model
+    from hbpe.training.inference.evaluate import evaluate
+    from hbpe.training.inference.generate import generate
 
     for io in results:
         # `hbpe eval` cuts the same patches (the recorded threshold) and scores the same samples as training did
@@ -197,8 +197,8 @@ def test_every_scheme_trains_from_the_same_shards(sample_shards, tmp_path):
 
 
 def test_flops_table_measures_every_scheme_on_the_shards(sample_shards, gpt2_tokenizer):
-    from hbpe.training.flops import paper_forward_flops
-    from hbpe.training.scheme_stats import flops_table, render_table1
+    from hbpe.training.inference.scheme_stats import flops_table, render_table1
+    from hbpe.training.model.flops import paper_forward_flops
 
     rows = {r["io"]: r for r in flops_table(model_config("small"), gpt2_tokenizer, str(sample_shards[0]), samples=32)}
     assert set(rows) == {"hierarchical", "bpe", "bytes", "space"}  # entropy rows need an entropy model

@@ -12,9 +12,9 @@ import math
 import pytest
 import yaml
 
-from hbpe.training.config_io import load_config, resolve_config_path
-from hbpe.training.optimizer import param_groups
-from hbpe.training.trainer import train
+from hbpe.training.train.config_io import load_config, resolve_config_path
+from hbpe.training.train.optimizer import param_groups
+from hbpe.training.train.trainer import train
 
 NARROW = [
     "model.latent_layers=2",
@@ -80,7 +80,7 @@ def test_only_linear_matrices_decay(gpt2_tokenizer):
     from torch import nn
 
     from hbpe.schemas.train_config import model_config
-    from hbpe.training.model import VocabSpec, build_model
+    from hbpe.training.model.patch_lm import VocabSpec, build_model
 
     for io in ("hierarchical", "bpe"):
         model = build_model(model_config("tiny", io=io, conditioning="add"), VocabSpec(470, 10, 1000))

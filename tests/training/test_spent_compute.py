@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hbpe.experiments.compute import context_row, paper_train_flops_per_byte
+from hbpe.experiments.presets import MINI
 from hbpe.schemas.train_config import ModelConfig
-from hbpe.training.experiments.compute import context_row, paper_train_flops_per_byte
-from hbpe.training.experiments.presets import MINI
-from hbpe.training.flops import train_flops_per_sample
-from hbpe.training.scheme_stats import PatchingStats, table1_row
+from hbpe.training.inference.scheme_stats import PatchingStats, table1_row
+from hbpe.training.model.flops import train_flops_per_sample
 
 # table1-mini's measured patching (docs/experiments/table1-mini/results.json): 256 samples of the en-sotu
 # training shards, gpt2 first stage, S=10; 200 batches of 8 samples trained on 1,052,454 bytes of text
@@ -68,8 +68,8 @@ def test_executed_flops_are_what_a_training_step_computes(io):
     """The count against torch's FlopCounterMode on a real forward + backward of the mini model."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from hbpe.training.composer_model import HierarchicalComposerModel
-    from hbpe.training.model import VocabSpec, build_model
+    from hbpe.training.model.patch_lm import VocabSpec, build_model
+    from hbpe.training.train.composer_model import HierarchicalComposerModel
 
     torch.manual_seed(0)
     cfg = _cfg(io)

@@ -9,33 +9,15 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 from click.testing import CliRunner
 
 from hbpe.cli import main
-from hbpe.training.stream_cache import LOCK_FILE, claim, release
-from tests.test_cli_train import _fails
+from hbpe.training.data.stream_cache import LOCK_FILE, claim, release
+from tests.helpers import CacheHolder
+from tests.helpers import cli_fails as _fails
 
 SHORT = ("max_duration=1ba", "eval_interval=1ba", "save_interval=1ba", "console=false", "log_interval=100ba")
-
-
-class CacheHolder:
-    """Another process holding a stream cache, as a live run does (the real `claim`), until `end`."""
-
-    def __init__(self, root: Path, *, run_name: str = "other-run", save_folder: str = "s3://bucket/other") -> None:
-        code = (
-            "import sys; from hbpe.training.stream_cache import claim; "
-            "claim(sys.argv[1], run_name=sys.argv[2], save_folder=sys.argv[3]); print('held', flush=True); "
-            "sys.stdin.read()"
-        )
-        argv = [sys.executable, "-c", code, str(root), run_name, save_folder]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout.readline().strip() == "held"  # it holds the lock now
-
-    def end(self, sig: int = signal.SIGKILL) -> None:
-        self.proc.send_signal(sig)  # kill -9: the kernel releases the lock, nothing is left stale
-        self.proc.wait(timeout=30)
 
 
 def _train(sample_shards, *args: str):
@@ -76,7 +58,7 @@ def test_claim_is_per_process_and_released(tmp_path):
     root = tmp_path / "cache"
     claim(str(root), run_name="a", save_folder="x")
     claim(str(root), run_name="a", save_folder="x")  # the same process again: fine (runs built one by one)
-    code = "import sys; from hbpe.training.stream_cache import claim; claim(sys.argv[1], run_name='b', save_folder='y')"
+    code = "import sys; from hbpe.training.data.stream_cache import claim; claim(sys.argv[1], run_name='b', save_folder='y')"
     other = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True)
     assert other.returncode != 0 and f"is in use by another run (pid {os.getpid()} on " in other.stderr
     release(str(root))

@@ -14,9 +14,9 @@ import pytest
 
 from hbpe.pipeline.shards.reader import ShardDir, load_shard_tokenizer, read_manifest
 from hbpe.schemas.errors import ArtifactError, ConfigError
-from hbpe.training.config_io import load_config
-from hbpe.training.data import StreamingOptions, StreamSpec, build_dataloader, epoch_samples, stream_source
-from hbpe.training.trainer import train
+from hbpe.training.data.loader import StreamingOptions, StreamSpec, build_dataloader, epoch_samples, stream_source
+from hbpe.training.train.config_io import load_config
+from hbpe.training.train.trainer import train
 
 
 @pytest.fixture(scope="module")

@@ -12,24 +12,16 @@ import pytest
 import torch
 from composer import Callback, Event
 
-from hbpe.training.config_io import load_config
-from hbpe.training.trainer import build_run, train
+from hbpe.training.train.trainer import build_run, train
 from tests.conftest import REPO
-
-
-def _cfg(sample_shards, folder, *extra):
-    train_dir, eval_dir = sample_shards
-    return load_config(
-        "tiny",
-        [f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={folder}", "log_interval=100ba", *extra],
-    )
+from tests.helpers import train_cfg
 
 
 def test_tiny_model_loss_falls(sample_shards, tmp_path):
     from composer.loggers import InMemoryLogger
 
     mem = InMemoryLogger()
-    cfg = _cfg(sample_shards, tmp_path / "run", "max_duration=40ba", "eval_interval=40ba", "save_interval=40ba")
+    cfg = train_cfg(sample_shards, tmp_path / "run", "max_duration=40ba", "eval_interval=40ba", "save_interval=40ba")
     run = build_run(cfg, loggers=[mem])
     run.trainer.fit()
     losses = [float(v) for _, v in mem.data["loss/train/total"]]
@@ -57,9 +49,9 @@ def _weights(folder):
 
 def test_autoresume_equals_uninterrupted(sample_shards, tmp_path):
     common = ("max_duration=8ba", "eval_interval=8ba", "save_interval=4ba", "autoresume=true", "run_name=resume-test")
-    train(_cfg(sample_shards, tmp_path / "full", *common))
+    train(train_cfg(sample_shards, tmp_path / "full", *common))
 
-    cfg = _cfg(sample_shards, tmp_path / "cut", *common)
+    cfg = train_cfg(sample_shards, tmp_path / "cut", *common)
     run = build_run(cfg, callbacks=[_StopAt(5)])
     with pytest.raises(KeyboardInterrupt):
         run.trainer.fit()
@@ -97,7 +89,7 @@ def test_fsdp2_two_processes_over_gloo(sample_shards, tmp_path):
         "--master_port",
         str(port),
         "-m",
-        "hbpe.training.launch",
+        "hbpe.training.train.launch",
         "tiny",
         f"data.train={train_dir}",
         f"data.eval={eval_dir}",
@@ -120,7 +112,7 @@ def test_fsdp2_two_processes_over_gloo(sample_shards, tmp_path):
 
 def test_reuse_shards_with_another_patch_size_and_the_bpe_baseline(sample_shards, tmp_path):
     r = train(
-        _cfg(
+        train_cfg(
             sample_shards,
             tmp_path / "s6",
             "max_duration=3ba",
@@ -142,12 +134,12 @@ def test_reuse_shards_with_another_patch_size_and_the_bpe_baseline(sample_shards
     run_file = json.loads((tmp_path / "s6" / "hbpe_run.json").read_text())
     assert run_file["derived_tokenizer"]["max_patch_size"] == 6  # and in the run folder, beside the checkpoints
     assert r["eval"]["BitsPerByte"] > 0
-    from hbpe.training.evaluate import evaluate
+    from hbpe.training.inference.evaluate import evaluate
 
     ev = evaluate(str(tmp_path / "s6"), str(sample_shards[1]), max_batches=2)
     assert ev["max_patch_size"] == 6 and ev["symbols_per_patch"] > 4.5  # minimal mode: long patches
     b = train(
-        _cfg(
+        train_cfg(
             sample_shards,
             tmp_path / "bpe",
             "max_duration=3ba",
@@ -162,14 +154,14 @@ def test_reuse_shards_with_another_patch_size_and_the_bpe_baseline(sample_shards
 def test_deriving_another_patch_size_is_said_not_silent(sample_shards, tmp_path, caplog):
     import logging
 
-    from hbpe.training.trainer import resolve_tokenizer
+    from hbpe.training.train.calibration import resolve_tokenizer
 
-    with caplog.at_level(logging.INFO, logger="hbpe.training.trainer"):
-        tok, derived = resolve_tokenizer(_cfg(sample_shards, tmp_path / "a"))
+    with caplog.at_level(logging.INFO, logger="hbpe.training.train.trainer"):
+        tok, derived = resolve_tokenizer(train_cfg(sample_shards, tmp_path / "a"))
         assert derived is None and tok.max_patch_size == 10 and not caplog.records  # the shards' own, as it is
-        same, derived = resolve_tokenizer(_cfg(sample_shards, tmp_path / "b", "data.max_patch_size=10"))
+        same, derived = resolve_tokenizer(train_cfg(sample_shards, tmp_path / "b", "data.max_patch_size=10"))
         assert derived is None and same.fingerprint == tok.fingerprint and not caplog.records
-        s8, derived = resolve_tokenizer(_cfg(sample_shards, tmp_path / "c", "data.max_patch_size=8"))
+        s8, derived = resolve_tokenizer(train_cfg(sample_shards, tmp_path / "c", "data.max_patch_size=8"))
     assert s8.max_patch_size == 8 and s8.mode == "full"
     assert derived == {
         "from_max_patch_size": 10,
@@ -190,27 +182,27 @@ def test_deriving_another_patch_size_is_said_not_silent(sample_shards, tmp_path,
 def test_a_run_that_stopped_before_its_first_checkpoint_does_not_block_a_rerun(sample_shards, tmp_path, caplog):
     """Run files without a checkpoint (the run failed at its first batch) hold nothing to resume or keep."""
     from hbpe.schemas.errors import ConfigError
-    from hbpe.training.save_folder import check_save_folder
+    from hbpe.training.checkpoint.save_folder import check_save_folder
 
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "hbpe_run.json").write_text("{}")
     with caplog.at_level("WARNING", logger="hbpe"):
-        check_save_folder(_cfg(sample_shards, folder))
+        check_save_folder(train_cfg(sample_shards, folder))
     assert "no checkpoint: replacing that run's files" in caplog.text
     (folder / "ep0-ba2").mkdir()  # a sharded checkpoint's folder counts as a checkpoint too
     with pytest.raises(ConfigError, match=r"already holds a run \(ep0-ba2, hbpe_run.json\)"):
-        check_save_folder(_cfg(sample_shards, folder))
+        check_save_folder(train_cfg(sample_shards, folder))
 
 
 def test_a_save_folder_holding_a_run_is_refused_unless_resumed_or_replaced(sample_shards, tmp_path):
     from hbpe.schemas.errors import ConfigError
 
     short = ("max_duration=2ba", "eval_interval=2ba", "save_interval=2ba")
-    first = train(_cfg(sample_shards, tmp_path / "run", *short))
+    first = train(train_cfg(sample_shards, tmp_path / "run", *short))
     with pytest.raises(ConfigError, match=r"already holds a run .*autoresume=true.*save_overwrite=true"):
-        build_run(_cfg(sample_shards, tmp_path / "run", *short))
-    again = train(_cfg(sample_shards, tmp_path / "run", *short, "save_overwrite=true"))
+        build_run(train_cfg(sample_shards, tmp_path / "run", *short))
+    again = train(train_cfg(sample_shards, tmp_path / "run", *short, "save_overwrite=true"))
     assert again["batches"] == first["batches"] == 2
     with pytest.raises(ConfigError, match="contradict"):
-        build_run(_cfg(sample_shards, tmp_path / "run", *short, "save_overwrite=true", "autoresume=true"))
+        build_run(train_cfg(sample_shards, tmp_path / "run", *short, "save_overwrite=true", "autoresume=true"))

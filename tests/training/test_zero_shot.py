@@ -1,4 +1,4 @@
-"""Zero-shot scoring (training/zero_shot/): exact log-likelihoods against a plain forward pass, windows,
+"""Zero-shot scoring (training/inference/zero_shot/): exact log-likelihoods against a plain forward pass, windows,
 metrics as lm-eval computes them, the task files, and `hbpe eval-tasks`."""
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from hbpe.cli import main
 from hbpe.schemas.errors import ArtifactError, ConfigError, HbpeError
 from hbpe.schemas.symbols import PAD, TOKEN_EOD
 from hbpe.schemas.train_config import model_config
-from hbpe.training.model import VocabSpec, build_model
-from hbpe.training.patch_io import IGNORE
-from hbpe.training.zero_shot import olmo_files, pairs
-from hbpe.training.zero_shot.metrics import aggregate, doc_metrics, mean_stderr
-from hbpe.training.zero_shot.pairs import EncodedPair, scheme_for
-from hbpe.training.zero_shot.scorer import Score, score_pairs, windows
-from hbpe.training.zero_shot.tasks import TASKS, Doc, parse_tasks
+from hbpe.training.inference.zero_shot import olmo_files, pairs
+from hbpe.training.inference.zero_shot.metrics import aggregate, doc_metrics, mean_stderr
+from hbpe.training.inference.zero_shot.pairs import EncodedPair, scheme_for
+from hbpe.training.inference.zero_shot.scorer import Score, score_pairs, windows
+from hbpe.training.inference.zero_shot.tasks import TASKS, Doc, parse_tasks
+from hbpe.training.model.patch_io import IGNORE
+from hbpe.training.model.patch_lm import VocabSpec, build_model
+from tests.helpers import scaled_model
 
 PAIRS = [
     ("The State of the Union", " is strong"),
@@ -33,17 +34,6 @@ PAIRS = [
     ("Answer: ", "B"),  # trailing space: lm-eval moves it to the continuation
     ("naïve café owners said", " déjà vu, 東京"),
 ]
-
-
-def _scaled_model(io: str, tok, seed: int):
-    """A 2-layer model whose weights are drawn wide enough that log-probs are far from uniform."""
-    torch.manual_seed(seed)
-    model = build_model(model_config("tiny", io=io), VocabSpec.from_tokenizer(tok)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 2.5 / math.sqrt(p.shape[1]))
-    return model
 
 
 def _plain_forward(model, tok, context: str, continuation: str) -> tuple[float, bool]:
@@ -71,7 +61,7 @@ def _plain_forward(model, tok, context: str, continuation: str) -> tuple[float, 
 @pytest.mark.parametrize("io", ["hierarchical", "bpe"])
 def test_loglikelihood_equals_a_plain_forward_pass(io, gpt2_tokenizer):
     tok = gpt2_tokenizer
-    model = _scaled_model(io, tok, seed=3)
+    model = scaled_model(io, tok, seed=3)
     scheme = scheme_for(model, tok)
     got = score_pairs(model, scheme, PAIRS, batch_size=4)  # two padded batches of mixed lengths
     for (c, k), s in zip(PAIRS, got, strict=True):
@@ -89,7 +79,7 @@ def test_loglikelihood_equals_a_plain_forward_pass(io, gpt2_tokenizer):
 def test_greedy_continuation_is_greedy(io, gpt2_tokenizer):
     """The model's own argmax continuation scores is_greedy=True (and a changed one False)."""
     tok = gpt2_tokenizer
-    model = _scaled_model(io, tok, seed=6)
+    model = scaled_model(io, tok, seed=6)
     scheme = scheme_for(model, tok)
     found = 0
     for context in ("The State of the Union", "Fellow citizens", "We the people", "In the year", "Mr. Speaker"):
@@ -101,7 +91,7 @@ def test_greedy_continuation_is_greedy(io, gpt2_tokenizer):
             last[model.io.n_vocab :] = float("-inf")
             text = tok.decode_tokens([int(last.argmax())])
         else:  # one greedily generated patch
-            from hbpe.training.generate import generate
+            from hbpe.training.inference.generate import generate
 
             text = generate(model, tok, context, max_bytes=64, max_patches=1).text[len(context) :]
         if not text or len(tok.encode(text)) != 1 or "\ufffd" in text:
@@ -126,7 +116,7 @@ def test_windows_cover_each_scored_target_once():
 def test_long_context_is_cut_from_the_left(gpt2_tokenizer):
     """Past model.max_patches the context keeps its last positions (lm-eval's truncation), exactly."""
     tok = gpt2_tokenizer
-    model = _scaled_model("hierarchical", tok, seed=7)
+    model = scaled_model("hierarchical", tok, seed=7)
     model.cfg = dataclasses.replace(model.cfg, max_patches=6)
     context, continuation = "Fellow citizens of the Senate and House of Representatives: the state", " of"
     got = score_pairs(model, scheme_for(model, tok), [(context, continuation)])[0]
@@ -213,8 +203,8 @@ def test_every_scheme_has_a_pair_function_and_an_unknown_one_is_named(gpt2_token
 
 
 def test_eval_tasks_command(tiny_run):
-    from hbpe.training.checkpoint import load_model
-    from hbpe.training.zero_shot.run import evaluate_model
+    from hbpe.training.checkpoint.load import load_model
+    from hbpe.training.inference.zero_shot.run import evaluate_model
 
     args = ["eval-tasks", "--checkpoint", str(tiny_run), "--tasks", "winogrande,lambada", "--limit", "4"]
     r = CliRunner().invoke(main, [*args, "--device", "cpu", "--json"])
@@ -244,9 +234,9 @@ def test_byte_schemes_score_exactly_the_continuation(io, gpt2_tokenizer):
     """bytes and space patches: the scorer's batched sum equals one plain forward pass, and the scored
     positions hold exactly the continuation's bytes (a patch boundary at its first byte)."""
     from hbpe.schemas.symbols import EOD
-    from hbpe.training.byte_patching import patch_starts, space_starts, to_patches
+    from hbpe.training.data.byte_patching import patch_starts, space_starts, to_patches
 
-    model = _scaled_model(io, gpt2_tokenizer, seed=11)
+    model = scaled_model(io, gpt2_tokenizer, seed=11)
     scheme = scheme_for(model, gpt2_tokenizer)
     got = score_pairs(model, scheme, PAIRS, batch_size=4)
     for (c, k), s in zip(PAIRS, got, strict=True):

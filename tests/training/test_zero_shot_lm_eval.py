@@ -13,8 +13,8 @@ import pytest
 
 lm_eval = pytest.importorskip("lm_eval", reason="the eval extra: pip install -e '.[eval]'")
 
-from hbpe.training.zero_shot.olmo_files import read_arrow, read_oe_requests  # noqa: E402
-from hbpe.training.zero_shot.tasks import TASKS  # noqa: E402
+from hbpe.training.inference.zero_shot.olmo_files import read_arrow, read_oe_requests  # noqa: E402
+from hbpe.training.inference.zero_shot.tasks import TASKS  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 
 LM_EVAL_TASKS = Path(lm_eval.__file__).parent / "tasks"
@@ -68,9 +68,9 @@ def _evaluate(local_tasks: Path, model: str, model_args: str | None, tasks: list
 def test_simple_evaluate_on_hbpe_builds_our_requests_and_scores(local_tasks, tiny_run, monkeypatch):
     """lm-eval's real task definitions give our contexts, continuations and golds, and its evaluator
     on the "hbpe" model reports the accuracies (and standard errors, perplexity) of `hbpe eval-tasks`."""
-    import hbpe.training.zero_shot.lm_eval_adapter  # noqa: F401  (registers "hbpe")
-    from hbpe.training.checkpoint import load_model
-    from hbpe.training.zero_shot.run import evaluate_model
+    import hbpe.training.inference.zero_shot.lm_eval_adapter  # noqa: F401  (registers "hbpe")
+    from hbpe.training.checkpoint.load import load_model
+    from hbpe.training.inference.zero_shot.run import evaluate_model
 
     monkeypatch.setenv("DISABLE_MULTIPROC", "1")  # lm-eval bootstraps perplexity's stderr in a process pool otherwise
     res = _evaluate(
@@ -102,8 +102,8 @@ def test_simple_evaluate_on_hbpe_builds_our_requests_and_scores(local_tasks, tin
 def test_rolling_and_generation(tiny_run):
     from lm_eval.api.instance import Instance
 
-    from hbpe.training.generate import generate
-    from hbpe.training.zero_shot.lm_eval_adapter import HbpeLM
+    from hbpe.training.inference.generate import generate
+    from hbpe.training.inference.zero_shot.lm_eval_adapter import HbpeLM
 
     lm = HbpeLM(checkpoint=str(tiny_run), batch_size="auto", device="cpu", progress=False)
     text = "Fellow citizens of the Senate and House of Representatives"
@@ -119,8 +119,8 @@ def test_rolling_and_generation(tiny_run):
 
 
 def test_lm_eval_command_line(local_tasks, tiny_run):
-    """`python -m hbpe.training.zero_shot.lm_eval_cli` is lm-eval's CLI with "hbpe" registered."""
-    cmd = [sys.executable, "-m", "hbpe.training.zero_shot.lm_eval_cli", "run", "--model", "hbpe"]
+    """`python -m hbpe.training.inference.zero_shot.lm_eval_cli` is lm-eval's CLI with "hbpe" registered."""
+    cmd = [sys.executable, "-m", "hbpe.training.inference.zero_shot.lm_eval_cli", "run", "--model", "hbpe"]
     cmd += ["--model_args", f"checkpoint={tiny_run},progress=False", "--tasks", "piqa_local"]
     cmd += ["--include_path", str(local_tasks), "--device", "cpu", "--batch_size", "4"]
     env = {**os.environ, "DISABLE_MULTIPROC": "1", "PYTHONPATH": str(REPO)}
@@ -133,11 +133,11 @@ def test_lm_eval_command_line(local_tasks, tiny_run):
 def test_lm_eval_equals_eval_tasks_for_every_scheme(io, local_tasks, gpt2_tokenizer, tmp_path, monkeypatch):
     """The baselines answer lm-eval's queries through the adapter exactly as through `hbpe eval-tasks`
     (a 2-layer model with scaled weights, exported, so log-probs are far from uniform)."""
-    import hbpe.training.zero_shot.lm_eval_adapter  # noqa: F401  (registers "hbpe")
-    from hbpe.training.checkpoint import load_model
-    from hbpe.training.export import write_export
-    from hbpe.training.zero_shot.run import evaluate_model
-    from tests.training.test_zero_shot import _scaled_model
+    import hbpe.training.inference.zero_shot.lm_eval_adapter  # noqa: F401  (registers "hbpe")
+    from hbpe.training.checkpoint.export_format import write_export
+    from hbpe.training.checkpoint.load import load_model
+    from hbpe.training.inference.zero_shot.run import evaluate_model
+    from tests.helpers import scaled_model as _scaled_model
 
     model = _scaled_model(io, gpt2_tokenizer, seed=5)
     out = tmp_path / io

@@ -1,0 +1,207 @@
+"""Does the gap between BPE-patch and BPE close with data? A line through the gap against log10 of training bytes.
+
+    Delta(B) = BPB_BPE-patch(B) - BPB_BPE(B)          (> 0: BPE ahead)
+    Delta    ~ m + b * (log10 B - x0)                  (least squares over the later part of training)
+    crossover: log10 B* = x0 - m / b                   (where the fitted line reaches 0)
+
+The fit skips the first FIT_FROM of training: there both models fall steeply from a uniform
+guess and through the warm-up, and the gap reflects which one learns the easy statistics first
+(unigram frequencies, common spellings), not the trend of interest. With a constant learning
+rate every remaining point is a valid budget (experiments/spec.py `schedule`).
+
+The 95% interval of the slope is taken over seeds when there are several (each seed's own
+line; t with seeds - 1 degrees of freedom): the points of one curve are not independent
+(one model, evaluated on the same held-out batches), so an interval over points understates
+the noise. With one seed it falls back to the points (t with points - 2 degrees of freedom)
+and says so. The crossover's interval is Fieller's: the values of log10 B where 0 lies inside
+the line's 95% band, sqrt(s_m^2 + u^2 s_b^2) wide with m and b taken at the centre x0 (where
+their estimates are uncorrelated); unbounded when the slope's interval contains 0.
+
+The same fit is made against log10 of spent compute (paper count and executed), by
+interpolating one curve at the other's points: the comparison at equal compute.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from hbpe.experiments.seeds import mean_curve
+
+FIT_FROM = 0.2  # fraction of the training batches skipped before the fit
+# t quantiles at 97.5% (two-sided 95%) for 1..30 degrees of freedom
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+
+
+def t975(df: int) -> float:
+    """Student's t quantile at 0.975: a table to 30 degrees of freedom, Cornish-Fisher beyond (error < 1e-3).
+
+    >>> t975(2), round(t975(100), 3)
+    (4.303, 1.984)
+    """
+    if df < 1:
+        raise ValueError(f"t quantile needs df >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def fit_line(x: np.ndarray, y: np.ndarray, x0: float) -> dict[str, float]:
+    """Least squares y ~ m + b (x - x0): {m, b, se_m, se_b, df} (standard errors from the residuals)."""
+    u = np.asarray(x, dtype=float) - x0
+    y = np.asarray(y, dtype=float)
+    n = len(u)
+    A = np.stack([np.ones(n), u], axis=1)
+    (m, b), *_ = np.linalg.lstsq(A, y, rcond=None)
+    df = n - 2
+    if df < 1:
+        return {"m": float(m), "b": float(b), "se_m": math.nan, "se_b": math.nan, "df": df}
+    s2 = float(((y - (m + b * u)) ** 2).sum()) / df
+    cov = s2 * np.linalg.inv(A.T @ A)
+    return {"m": float(m), "b": float(b), "se_m": math.sqrt(cov[0, 0]), "se_b": math.sqrt(cov[1, 1]), "df": df}
+
+
+def fieller(m: float, b: float, se_m: float, se_b: float, t: float) -> tuple[float | None, float | None]:
+    """The u where |m + b u| <= t sqrt(se_m^2 + u^2 se_b^2): (lo, hi), None for an unbounded end.
+
+    Assumes m and b uncorrelated (x centred at the fit's mean). When the slope's interval
+    excludes 0 the set is a finite interval around -m/b; otherwise it reaches to infinity.
+    """
+    a = b * b - t * t * se_b**2
+    bb = 2 * m * b
+    c = m * m - t * t * se_m**2
+    disc = bb * bb - 4 * a * c
+    if a > 0:  # the slope is significant: a finite interval (it holds -m/b, so disc >= 0)
+        r = math.sqrt(max(disc, 0.0))
+        return ((-bb - r) / (2 * a), (-bb + r) / (2 * a))
+    if disc < 0 or (a == 0 and bb == 0):  # every u: the band holds 0 everywhere
+        return (None, None)
+    if a == 0:  # a linear condition bb u + c <= 0: a half-line
+        return (None, -c / bb) if bb > 0 else (-c / bb, None)
+    u1, u2 = sorted(((-bb - math.sqrt(disc)) / (2 * a), (-bb + math.sqrt(disc)) / (2 * a)))
+    # the set is (-inf, u1] U [u2, inf): the half that holds the point estimate -m/b
+    if b != 0 and -m / b <= u1:
+        return (None, u1)
+    return (u2, None)
+
+
+def gap_points(a: list[dict[str, float]], b: list[dict[str, float]], key: str) -> list[dict[str, float]]:
+    """Delta = BPB_b - BPB_a at the points of the curve that ends first in `key`, the other interpolated.
+
+    Each point keeps that curve's `batch` (for the fit's FIT_FROM cut). Points outside the
+    other curve's range are left out.
+    """
+    if not a or not b:
+        return []
+    grid, other, sign = (a, b, 1.0) if a[-1][key] <= b[-1][key] else (b, a, -1.0)
+    ox = np.array([p[key] for p in other], dtype=float)
+    oy = np.array([p["bpb"] for p in other], dtype=float)
+    out = []
+    for p in grid:
+        if ox[0] <= p[key] <= ox[-1] and p[key] > 0:
+            interp = float(np.interp(p[key], ox, oy))
+            delta = (interp - p["bpb"]) * sign  # b - a
+            out.append({"batch": p["batch"], "x": math.log10(p[key]), key: p[key], "delta": delta})
+    return out
+
+
+def fit_gap(per_seed: list[list[dict[str, float]]], *, batches: int, fit_from: float = FIT_FROM) -> dict[str, Any]:
+    """The gap's line and crossover from each seed's gap points (gap_points), as described above."""
+    cut = fit_from * batches
+    used = [[p for p in pts if p["batch"] > cut] for pts in per_seed]
+    n_seeds = len(used)
+    if n_seeds == 0 or min(len(u) for u in used) < 3:
+        return {"fit": None, "reason": f"fewer than 3 curve points after the first {fit_from:.0%} of training"}
+    x0 = float(np.mean([p["x"] for u in used for p in u]))
+    lines = [fit_line([p["x"] for p in u], [p["delta"] for p in u], x0) for u in used]
+    if n_seeds >= 2:
+        ms, bs = np.array([f["m"] for f in lines]), np.array([f["b"] for f in lines])
+        m, b = float(ms.mean()), float(bs.mean())
+        se_m, se_b = float(ms.std(ddof=1)) / math.sqrt(n_seeds), float(bs.std(ddof=1)) / math.sqrt(n_seeds)
+        t, over = t975(n_seeds - 1), f"over {n_seeds} seeds (t, {n_seeds - 1} df)"
+    else:
+        f = lines[0]
+        m, b, se_m, se_b = f["m"], f["b"], f["se_m"], f["se_b"]
+        if f["df"] < 1:
+            return {"fit": None, "reason": "too few curve points for an interval"}
+        t, over = t975(f["df"]), f"over {len(used[0])} points of one seed (t, {f['df']} df; points are correlated)"
+    slope_ci = (b - t * se_b, b + t * se_b)
+    closing = m * b < 0  # the line heads toward 0
+    significant = slope_ci[0] > 0 or slope_ci[1] < 0
+    crossover = x0 - m / b if b != 0 and closing else None
+    ci_x = [None if u is None else x0 + u for u in fieller(m, b, se_m, se_b, t)]
+    if not closing:
+        verdict = "does not close: the gap widens" if significant else "does not close: no significant trend"
+    elif not significant:
+        verdict = "does not close within the 95% interval: the slope's interval contains 0"
+    else:
+        verdict = "closes"
+    return {
+        "fit": {"x0": x0, "m": m, "b": b, "se_m": se_m, "se_b": se_b, "t": t, "interval_over": over},
+        "per_seed": lines,
+        "fit_from_batch": cut,
+        "points_used": [len(u) for u in used],
+        "slope": b,
+        "slope_ci95": list(slope_ci),
+        "gap_at_x0": m,
+        "crossover_log10": crossover,
+        "crossover_ci95_log10": ci_x,
+        "verdict": verdict,
+    }
+
+
+def analyse_pair(a_runs: list[dict[str, Any]], b_runs: list[dict[str, Any]], *, batches: int) -> dict[str, Any]:
+    """The gap of run b over run a (the seeds of each, paired by seed) against bytes and spent compute."""
+
+    by_seed_b = {r["seed"]: r for r in b_runs}
+    pairs = [(r, by_seed_b[r["seed"]]) for r in a_runs if r["seed"] in by_seed_b]
+    out: dict[str, Any] = {"a": a_runs[0]["name"], "b": b_runs[0]["name"], "seeds": [a["seed"] for a, _ in pairs]}
+    for key, name in (("train_bytes", "bytes"), ("train_flops_paper", "paper"), ("train_flops_executed", "executed")):
+        per_seed = [gap_points(a["curve"], b["curve"], key) for a, b in pairs]
+        fit = fit_gap(per_seed, batches=batches)
+        curve = mean_curve([[{**p, "bpb": p["delta"]} for p in pts] for pts in per_seed])
+        final = [pts[-1]["delta"] for pts in per_seed if pts]
+        out[name] = {
+            "x": key,
+            "curve": [_gap_point(p, key) for p in curve],
+            "delta_at_end": final,  # at the last point both reached (equal bytes, or equal compute)
+            **fit,
+        }
+    return out
+
+
+def _gap_point(p: dict[str, float], key: str) -> dict[str, float]:
+    """A seed-mean point of the gap (mean_curve's names for BPB renamed to the gap's)."""
+    names = {"bpb": "delta", "bpb_min": "delta_min", "bpb_max": "delta_max", "bpb_std": "delta_std"}
+    return {names.get(k, k): v for k, v in p.items() if k in names or k in ("x", "batch", key)}
+
+
+def describe(analysis: dict[str, Any], label_a: str, label_b: str) -> list[str]:
+    """Markdown lines: the gap, its slope and the crossover, against bytes and against spent compute."""
+    lines = [f"Gap Delta = BPB({label_b}) - BPB({label_a}) (> 0: {label_a} ahead), seeds {analysis['seeds']}:", ""]
+    lines += ["| against | gap at the end (mean ± std) | slope per decade [95%] | crossover [95%] | reading |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    unit = {"bytes": "training bytes", "paper": "training FLOPs (paper count, own context)",
+            "executed": "training FLOPs (executed)"}  # fmt: skip
+    for name in ("bytes", "paper", "executed"):
+        a = analysis[name]
+        d = np.array(a["delta_at_end"], dtype=float)
+        end = f"{d.mean():+.4f}" + (f" ± {d.std(ddof=1):.4f}" if len(d) > 1 else "") if len(d) else "–"
+        if a.get("fit") is None:
+            lines.append(f"| {unit[name]} | {end} | – | – | {a.get('reason', 'no fit')} |")
+            continue
+        lo, hi = a["slope_ci95"]
+        cx, ci = a["crossover_log10"], a["crossover_ci95_log10"]
+        cross = "–" if cx is None else f"10^{cx:.2f}"
+        if cx is not None and ci is not None:
+            cross += " [" + ", ".join("∞" if v is None else f"10^{v:.2f}" for v in ci) + "]"
+        lines.append(f"| {unit[name]} | {end} | {a['slope']:+.4f} [{lo:+.4f}, {hi:+.4f}] | {cross} | {a['verdict']} |")
+    b = analysis["bytes"]
+    if b.get("fit") is not None:
+        lines += ["", f"Fit over the points after batch {b['fit_from_batch']:.0f} (the first {FIT_FROM:.0%} of "
+                  f"training skipped: the steep start and the warm-up); slope interval {b['fit']['interval_over']}."]  # fmt: skip
+    return lines

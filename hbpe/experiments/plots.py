@@ -1,0 +1,109 @@
+"""An experiment's PNG plots: training curves (bands over seeds), vocabulary, S, and the BPE / BPE-patch gap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hbpe.experiments.labels import row_label_suffix
+from hbpe.experiments.spec import ExperimentSpec
+
+
+def write_plots(
+    spec: ExperimentSpec, rows: list[dict[str, Any]], crossover: list[dict[str, Any]], out: Path
+) -> list[str]:
+    """The plots `spec.plots` asks for, from the report's rows (seed-mean curves with bpb_min/bpb_max)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a training machine
+    import matplotlib.pyplot as plt
+
+    written = []
+
+    def save(fig, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110, metadata={"Software": None})  # no version stamp: same bytes on rerun
+        plt.close(fig)
+        written.append(name)
+
+    label = {r["name"]: r["scheme"] + row_label_suffix(r, rows) for r in rows}
+    if "curve" in spec.plots:
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+        xs = (("train_bytes", 1e6, "training text (MB)"),
+              ("train_flops_paper", 1e12, "training TFLOPs (paper count, own context)"),
+              ("train_flops_executed", 1e12, "training TFLOPs (executed)"))  # fmt: skip
+        for r in rows:
+            c = r["curve"]
+            for ax, (key, scale, _) in zip(axes, xs, strict=True):
+                x = [p[key] / scale for p in c]
+                line = ax.plot(x, [p["bpb"] for p in c], marker="o", markersize=3, label=label[r["name"]])[0]
+                if len(r["seeds"]) > 1:  # the seeds' spread
+                    lo, hi = [p["bpb_min"] for p in c], [p["bpb_max"] for p in c]
+                    ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        for i, (ax, (_, _, xlabel)) in enumerate(zip(axes, xs, strict=True)):
+            ax.set(xlabel=xlabel, ylabel="held-out bits per byte")
+            if i:
+                ax.set_xscale("log")
+        seeds = f", {len(rows[0]['seeds'])} seeds (band: min-max)" if len(rows[0]["seeds"]) > 1 else ""
+        axes[0].set_title(f"{spec.name}: BPB vs bytes ({spec.schedule} LR{seeds})", fontsize=9)
+        axes[0].legend(fontsize=8)
+        save(fig, "curve.png")
+    if "vocab" in spec.plots:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for io, name in (("bpe", "BPE"), ("hierarchical", "BPE-patch")):
+            rs = sorted((r for r in rows if r["io"] == io), key=lambda r: r["first_stage_vocab"])
+            v = [r["first_stage_vocab"] for r in rs]
+            axes[0].errorbar(v, [r["bpb"]["mean"] for r in rs], yerr=[r["bpb"]["std"] or 0 for r in rs], marker="o",
+                             label=name, capsize=3)  # fmt: skip
+            line = axes[1].plot(
+                v, [r["train_flops_executed"] / 1e12 for r in rs], marker="o", label=f"{name} (executed)"
+            )
+            axes[1].plot(v, [r["train_flops_paper"] / 1e12 for r in rs], marker="s", linestyle="--",
+                         color=line[0].get_color(), label=f"{name} (paper count, own context)")  # fmt: skip
+        for ax, y in zip(axes, ("held-out bits per byte", "training TFLOPs spent"), strict=True):
+            ax.set(xlabel="first-stage vocabulary", ylabel=y)
+            ax.set_xscale("log")
+            ax.legend(fontsize=8)
+        save(fig, "vocab.png")
+    if "s" in spec.plots:
+        rs = sorted((r for r in rows if r["io"] == "hierarchical"), key=lambda r: r["max_patch_size"])
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        ax.errorbar([r["max_patch_size"] for r in rs], [r["bpb"]["mean"] for r in rs],
+                    yerr=[r["bpb"]["std"] or 0 for r in rs], marker="o", capsize=3)  # fmt: skip
+        ax.set(xlabel="S (symbols per patch)", ylabel="held-out bits per byte", title=f"{spec.name}: BPB vs S")
+        save(fig, "s.png")
+    if "crossover" in spec.plots and crossover:
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+        for c in crossover:
+            for ax, name, xlabel in ((axes[0], "bytes", "log10 training bytes"),
+                                     (axes[1], "executed", "log10 training FLOPs (executed)")):  # fmt: skip
+                _gap_panel(ax, c[name], f"{c['b']} - {c['a']}", xlabel)
+        axes[0].set_title(f"{spec.name}: gap BPB(BPE-patch) - BPB(BPE), at equal bytes", fontsize=9)
+        axes[1].set_title("... at equal executed compute", fontsize=9)
+        save(fig, "crossover.png")
+    return written
+
+
+def _gap_panel(ax, a: dict[str, Any], label: str, xlabel: str) -> None:
+    """The seed-mean gap with its min-max band, the fitted line over the fit's range, extended to the crossover."""
+    import numpy as np
+
+    c = a["curve"]
+    x = [p["x"] for p in c]
+    line = ax.plot(x, [p["delta"] for p in c], marker="o", markersize=3, label=label)[0]
+    ax.fill_between(x, [p["delta_min"] for p in c], [p["delta_max"] for p in c], color=line.get_color(), alpha=0.2,
+                    linewidth=0)  # fmt: skip
+    ax.axhline(0, color="black", linewidth=0.8)
+    fit = a.get("fit")
+    if fit is not None and x:
+        end = a["crossover_log10"] if a["crossover_log10"] is not None else x[-1] + 1
+        end = min(max(end, x[-1]), x[-1] + 4)  # at most 4 decades beyond the data
+        start = min(p["x"] for p in c if p["batch"] > a["fit_from_batch"])
+        u = np.linspace(start, end, 50)
+        ax.plot(u, fit["m"] + fit["b"] * (u - fit["x0"]), linestyle="--", color=line.get_color(),
+                label=f"fit: {a['slope']:+.3f} per decade [{a['slope_ci95'][0]:+.3f}, {a['slope_ci95'][1]:+.3f}]")  # fmt: skip
+        ax.axvspan(start, x[-1], color="grey", alpha=0.08)
+        if a["crossover_log10"] is not None and a["crossover_log10"] <= end:
+            ax.axvline(a["crossover_log10"], color=line.get_color(), linestyle=":", linewidth=1)
+    ax.set(xlabel=xlabel, ylabel="BPB gap (> 0: BPE ahead)")
+    ax.legend(fontsize=7)

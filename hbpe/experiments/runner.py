@@ -1,0 +1,266 @@
+"""Run an experiment: prepare its data, train every run at the same byte budget, evaluate, report.
+
+OUT/
+  data/            the held-out split, a tokenizer and train/eval shards per first stage
+  runs/NAME/       train/ (checkpoint, hbpe_run.json, train.log) and result.json (runs/NAME/seed-K/ with seeds: N > 1)
+  results.json     every run's result (every seed), the spec, BPB at equal training bytes and at equal spent compute
+  table.md         the paper's Table 1 form
+  *.png            the plots the spec asks for (training curves, vocabulary, S)
+  .lock            held while an experiment runs here (out_folder.py)
+
+A rerun skips every run whose result.json was written for the same run spec, data and budget
+(its fingerprint) from the same bytes (the corpora and rank files: its `inputs`, data_prep.py);
+one made from other bytes is trained again, one written for another spec is refused rather
+than mixed into the table.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from composer import Callback, Logger, State
+
+from hbpe.experiments.compute import context_row, executed_batch_flops, paper_train_flops_per_byte
+from hbpe.experiments.data_prep import StageData, prepare
+from hbpe.experiments.inputs import combine
+from hbpe.experiments.out_folder import claim
+from hbpe.experiments.report import write_report
+from hbpe.experiments.seeds import run_folder, seed_values
+from hbpe.experiments.spec import ExperimentSpec, RunSpec
+from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.train_config import ModelConfig, TrainConfig
+from hbpe.training import (
+    build_run,
+    check_finite_bpb,
+    count_words,
+    measure,
+    read_token_rows,
+    scheme_for,
+    table1_row,
+    vocabulary_bytes,
+)
+
+log = logging.getLogger(__name__)
+RESULT_FILE = "result.json"
+STATS_SAMPLES = 256  # samples of the training shards that measure each run's patching (FLOPs, fertility)
+
+
+class EvalCurve(Callback):
+    """Held-out BPB at every evaluation, with the training bytes and executed FLOPs so far: the training curve."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.executed_flops = 0.0
+        self.points: list[dict[str, float]] = []
+
+    def batch_end(self, state: State, logger: Logger) -> None:
+        self.bytes += int(state.batch["target_bytes"].sum())
+        self.executed_flops += executed_batch_flops(state)
+
+    def eval_end(self, state: State, logger: Logger) -> None:
+        metrics = state.eval_metrics.get("eval", {})
+        if "BitsPerByte" in metrics:
+            self.points.append(
+                {
+                    "batch": int(state.timestamp.batch),
+                    "train_bytes": self.bytes,
+                    "train_flops_executed": self.executed_flops,
+                    "bpb": float(metrics["BitsPerByte"].compute()),
+                }
+            )
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def train_config(
+    spec: ExperimentSpec, run: RunSpec, stage: StageData, run_dir: Path, out: Path, seed: int | None = None
+) -> dict[str, Any]:
+    """The `hbpe train` config of one run at one seed (a dict, as a YAML config would read)."""
+    seed = spec.seed if seed is None else seed
+    model = dict(run.model)
+    if run.entropy_from:  # the bytes run of the same seed
+        src = run_folder(out, run.entropy_from, seed, spec.seeds)
+        model["entropy_model"] = str(src / "train" / "latest-rank0.pt")
+    # the seed sets the sample order too: the runs of one seed read the same samples
+    data = {"train": str(stage.train), "eval": str(stage.eval), "tokenizer": str(stage.tokenizer), "shuffle_seed": seed}
+    if run.max_patch_size is not None:
+        data["max_patch_size"] = run.max_patch_size
+    cfg = {
+        "run_name": f"{spec.name}-{run.name}",
+        "seed": seed,
+        "model_size": spec.model_size,
+        "model": model,
+        "data": data,
+        "optim": {"lr": spec.lr, "warmup": f"{spec.warmup}ba", "schedule": spec.schedule},
+        "global_batch_size": spec.global_batch_size,
+        "max_duration": f"{spec.batches}ba",
+        "eval_interval": f"{max(spec.batches // spec.eval_points, 1)}ba",
+        "eval_subset_num_batches": spec.eval_batches,
+        "save_folder": str(run_dir / "train"),
+        "save_interval": f"{spec.batches}ba",
+        "save_num_checkpoints_to_keep": 1,
+        "save_overwrite": True,  # an interrupted attempt of this run is replaced, never resumed half-way
+        "console": False,
+    }
+    return _merge(cfg, spec.extra)
+
+
+def _fingerprint(spec: ExperimentSpec, run: RunSpec, seed: int | None = None) -> str:
+    # one seed's result does not depend on how many seeds the experiment has: more seeds reuse it
+    import dataclasses
+
+    if seed is not None and (seed, 1) != (spec.seed, spec.seeds):
+        spec = dataclasses.replace(spec, seed=seed, seeds=1)
+    fp = spec.run_fingerprint(run)
+    if run.entropy_from:  # the entropy model is that run's result: its spec is part of this one's
+        src = next(r for r in spec.runs if r.name == run.entropy_from)
+        fp += "+" + _fingerprint(spec, src)
+    return fp
+
+
+def _inputs(spec: ExperimentSpec, run: RunSpec, data: dict[str, StageData]) -> str:
+    """The key of the bytes a run's result comes from: its first stage's data, and its entropy model's."""
+    keys = [data[run.first_stage].inputs]
+    if run.entropy_from:
+        src = next(r for r in spec.runs if r.name == run.entropy_from)
+        keys.append(_inputs(spec, src, data))
+    return combine(*keys)
+
+
+def finished_result(run_dir: Path, fingerprint: str) -> dict[str, Any] | None:
+    path = run_dir / RESULT_FILE
+    if not path.is_file():
+        return None
+    result = json.loads(path.read_text())
+    if result.get("fingerprint") != fingerprint:
+        raise ConfigError(
+            f"{path} was written by another spec of run {run_dir.name} (another budget, model or corpus); "
+            f"use another --out, or delete {run_dir} to run it again"
+        )
+    return result
+
+
+def run_one(spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path, seed: int | None = None) -> dict[str, Any]:
+    """Train one run at one seed, evaluate it on the held-out shards, measure its patching and FLOPs."""
+
+    seed = spec.seed if seed is None else seed
+    run_dir = run_folder(out, run.name, seed, spec.seeds)
+    cfg = TrainConfig.from_dict(train_config(spec, run, stage, run_dir, out, seed))
+    curve = EvalCurve()
+    built = build_run(cfg, callbacks=[curve])
+    t = time.perf_counter()
+    built.trainer.fit()
+    wall = time.perf_counter() - t
+    points = list(curve.points)  # the final evaluation below is the table's BPB, not a point of the curve
+    built.trainer.eval(subset_num_batches=spec.final_eval_batches)  # the same held-out samples for every run
+    final = {k: float(v.compute()) for k, v in built.trainer.state.eval_metrics["eval"].items()}
+    built.trainer.close()
+
+    where = f"experiment {spec.name}, run {run.name} (in {run_dir})"
+    check_finite_bpb(final["BitsPerByte"], where, fix="run it again with a lower lr or more warmup")  # never a row
+
+    model_cfg = ModelConfig.from_dict(built.info["model"])  # entropy: with the threshold chosen on the shards
+    tok = built.tokenizer
+    tokens = read_token_rows(str(stage.train), tok, samples=STATS_SAMPLES)
+    scheme = scheme_for(model_cfg, tok, derive=True)
+    stats = measure(scheme, model_cfg.io, tokens, count_words(tokens, vocabulary_bytes(tok)))
+    row = table1_row(model_cfg, tok, stats, input_bytes=8192)  # the paper's convention, for its Table 1 only
+    # the paper's count at this run's own context (the text bytes of one sample as trained), forward + backward
+    ctx = context_row(model_cfg, tok, stats, train_bytes=curve.bytes, samples=spec.batches * spec.global_batch_size)
+    paper_per_byte = paper_train_flops_per_byte(ctx)
+    for p in points:
+        p["train_flops_paper"] = p["train_bytes"] * paper_per_byte
+    return {
+        "name": run.name,
+        "seed": seed,
+        "schedule": spec.schedule,
+        "first_stage": run.first_stage,
+        "first_stage_vocab": tok.encoding.max_token_value + 1,
+        "max_patch_size": tok.max_patch_size,
+        **row,
+        "model": built.info["model"],
+        "bpb": final["BitsPerByte"],
+        "final_eval_batches": spec.final_eval_batches,
+        "train_bytes": curve.bytes,
+        "context_bytes": ctx["input_bytes"],
+        "gflops_context": ctx["gflops"],  # forward, one sample, the paper's count at its own context
+        "train_flops_paper": curve.bytes * paper_per_byte,
+        "train_flops_executed": curve.executed_flops,
+        "train_seconds": wall,
+        "train_bytes_per_sec": built.meter.summary()["bytes_per_sec"],
+        "curve": points,
+        # unbounded entropy patches longer than byte_patching.UNBOUNDED_SAFETY_LIMIT, in the measured samples
+        "forced_splits": getattr(scheme, "forced_splits", 0),
+    }
+
+
+def run_experiment(
+    spec: ExperimentSpec,
+    out: str | Path,
+    *,
+    on_event: Callable[[str], None] = log.info,
+    progress: bool = True,
+    pipeline_args: list[str] | None = None,
+) -> dict[str, Any]:
+    """Every run of `spec` (finished ones skipped), then results.json, table.md and the plots in `out`.
+
+    `out` is this experiment's alone while it runs (out_folder.claim: a second one is refused), and
+    a results.json or table.md there that hbpe did not write is refused rather than overwritten.
+    """
+    out = Path(out)
+    with claim(out):
+        return _run_experiment(spec, out, on_event=on_event, progress=progress, pipeline_args=pipeline_args)
+
+
+def _run_experiment(
+    spec: ExperimentSpec,
+    out: Path,
+    *,
+    on_event: Callable[[str], None],
+    progress: bool,
+    pipeline_args: list[str] | None,
+) -> dict[str, Any]:
+
+    on_event(f"{spec.name}: preparing data in {out / 'data'}")
+    data = prepare(spec, out, progress=progress, pipeline_args=pipeline_args)
+    results = []
+    # seed by seed, every run of a seed before the next: a stopped experiment leaves complete seeds
+    jobs = [(seed, run) for seed in seed_values(spec.seed, spec.seeds) for run in spec.runs]
+    for i, (seed, run) in enumerate(jobs, 1):
+        run_dir = run_folder(out, run.name, seed, spec.seeds)
+        fingerprint = _fingerprint(spec, run, seed)
+        label = f"[{i}/{len(jobs)}] {run.name}" + (f" (seed {seed})" if spec.seeds > 1 else "")
+        result = finished_result(run_dir, fingerprint)
+        inputs = _inputs(spec, run, data)
+        if result is not None and result.get("inputs") != inputs:  # the same spec over other bytes
+            on_event(f"{label}: its corpus or rank file changed since it finished; training it again")
+            result = None
+        if result is not None:
+            on_event(f"{label}: finished earlier, BPB {result['bpb']:.4f} (skipped)")
+        else:
+            on_event(f"{label}: training {spec.batches} batches ({run.model.get('io')})")
+            # streaming's copy of the shards an earlier attempt read: of other bytes, the trainer would refuse it
+            shutil.rmtree(run_dir / "train" / "stream-cache", ignore_errors=True)
+            result = {**run_one(spec, run, data[run.first_stage], out, seed), "fingerprint": fingerprint}
+            result["inputs"] = inputs
+            tmp = run_dir / (RESULT_FILE + ".partial")
+            tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+            tmp.replace(run_dir / RESULT_FILE)
+            on_event(
+                f"{label}: BPB {result['bpb']:.4f} after {result['train_bytes'] / 1e6:.2f} MB "
+                f"in {result['train_seconds']:.0f} s"
+            )
+        results.append(result)
+    return write_report(spec, results, out)

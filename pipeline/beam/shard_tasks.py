@@ -1,0 +1,117 @@
+"""PlanShards and the shard writer: the global patch stream -> fixed-size samples -> MDS shards.
+
+The stream is the concatenation of the unit streams in unit order (files sorted,
+documents in file order). Sample k covers stream positions [kN, (k+1)N); shard j
+holds samples [jM, (j+1)M). Once every unit's length is known, each shard knows
+exactly which byte ranges of which unit files it needs, so shards are written in
+parallel and deterministically, by whichever runner.
+
+Shards are encoded by `hbpe.pipeline.shards.mds_format` (byte-identical to streaming's
+MDSWriter, without importing streaming in every worker). This module does not import
+Beam, so the in-process runner can use it; the Beam step is `write_shards.WriteMdsShards`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hbpe.pipeline.beam import fs
+from hbpe.pipeline.beam.units import UnitSummary, unit_stream_path
+from hbpe.pipeline.shards import mds_format
+from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
+from hbpe.schemas import shard_columns
+from hbpe.schemas.symbols import TOKEN_PAD
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    index: int
+    first_sample: int
+    num_samples: int
+    pieces: tuple[tuple[int, int, int], ...]  # (unit index, start, end) in the unit's stream
+    pad: int  # TOKEN_PAD patches appended at the end (tail padding, last shard only)
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    tasks: tuple[ShardTask, ...]
+    total_patches: int
+    samples: int
+    tail_dropped: int  # stream positions dropped by --tail drop
+    tail_padded: int  # PAD patches added by --tail pad
+    tail_pieces: tuple[tuple[int, int, int], ...] = ()  # where the dropped tail lies
+
+
+def _pieces(units: list[UnitSummary], starts: np.ndarray, lo: int, hi: int) -> tuple[tuple[int, int, int], ...]:
+    out = []
+    for k, u in enumerate(units):
+        a, b = max(lo, starts[k]), min(hi, starts[k + 1])
+        if a < b:
+            out.append((u.index, int(a - starts[k]), int(b - starts[k])))
+    return tuple(out)
+
+
+def read_pieces(staging: str, pieces: tuple[tuple[int, int, int], ...]) -> np.ndarray:
+    """Concatenate [start, end) slices of unit stream files."""
+    parts = [
+        np.frombuffer(fs.read_range(unit_stream_path(staging, u), 4 * a, 4 * (b - a)), dtype=np.int32)
+        for u, a, b in pieces
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+def plan_shards(units: list[UnitSummary], *, seq_len: int, samples_per_shard: int, tail: str) -> ShardPlan:
+    """Cut the concatenated unit streams into samples of `seq_len` patches and shards of samples.
+
+    A piece is (unit, start, end) in that unit's stream. Two units of 5 and 6 patches at N=4
+    give 2 samples (unit 0 whole, then unit 1's first 3 patches) and a dropped tail of 3:
+
+    >>> pl = plan_shards([UnitSummary(0, stream_patches=5), UnitSummary(1, stream_patches=6)],
+    ...                  seq_len=4, samples_per_shard=2, tail="drop")
+    >>> pl.samples, pl.tasks[0].pieces, pl.tail_dropped, pl.tail_pieces
+    (2, ((0, 0, 5), (1, 0, 3)), 3, ((1, 3, 6),))
+    """
+    units = sorted(units, key=lambda u: u.index)
+    total = sum(u.stream_patches for u in units)
+    full, rest = divmod(total, seq_len)
+    samples = full + (1 if tail == "pad" and rest else 0)
+    padded = (seq_len - rest) if tail == "pad" and rest else 0
+    dropped = rest if tail == "drop" else 0
+    starts = np.cumsum([0] + [u.stream_patches for u in units])
+    tasks = []
+    for j, first in enumerate(range(0, samples, samples_per_shard)):
+        n = min(samples_per_shard, samples - first)
+        lo, hi = first * seq_len, min((first + n) * seq_len, total)
+        pad = (first + n) * seq_len - hi
+        tasks.append(ShardTask(j, first, n, _pieces(units, starts, lo, hi), int(pad)))
+    tail = _pieces(units, starts, total - dropped, total) if dropped else ()
+    return ShardPlan(tuple(tasks), int(total), samples, int(dropped), int(padded), tail)
+
+
+def build_samples(
+    stream: np.ndarray, table: np.ndarray, token_nbytes: np.ndarray, seq_len: int
+) -> dict[str, np.ndarray]:
+    """(samples*N,) int32 stream -> tokens (B, N), patches (B, N, S), num_bytes (B,)."""
+    tokens = stream.reshape(-1, seq_len)
+    patches = np.take(table, tokens, axis=0)  # (B, N, S)
+    num_bytes = np.take(token_nbytes, tokens, axis=0).sum(axis=1, dtype=np.int64)
+    return {"tokens": tokens, "patches": patches, "num_bytes": num_bytes}
+
+
+def write_shard(tok: HierarchicalTokenizer, staging: str, task: ShardTask, seq_len: int) -> tuple[int, dict[str, Any]]:
+    """Write one shard into staging/shards/ (temporary name, then renamed); returns (index, MDS index entry)."""
+    stream = np.concatenate([read_pieces(staging, task.pieces), np.full(task.pad, TOKEN_PAD, dtype=np.int32)])
+    cols = build_samples(stream, tok.table, tok.token_nbytes, seq_len)
+    name = shard_columns.shard_basename(task.index)
+    data, entry = mds_format.write_shard(
+        shard_columns.mds_columns(seq_len, tok.max_patch_size),
+        cols,
+        basename=name,
+        compression=shard_columns.COMPRESSION,
+        hashes=list(shard_columns.HASHES),
+    )
+    fs.write_atomic(fs.join(staging, "shards", name), data)
+    return task.index, entry

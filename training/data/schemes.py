@@ -1,0 +1,145 @@
+"""How each scheme (`model.io`) turns rows of the `tokens` column into the model's batch.
+
+    hierarchical  patches (B, N, S) over V' symbols: stored, or derived with the run's tokenizer
+    bpe           tokens (B, N): first-stage ids, EOD -1, PAD -2
+    bytes         tokens (B, L): byte ids, EOD -1, PAD -2; L = the longest sample's bytes + markers
+    space         patches (B, T, W) over bytes + EOP/PAD/EOD, cut by space patching
+    entropy       patches (B, T, W), cut where a byte LM's next-byte entropy exceeds a threshold
+
+Every batch also carries `target_bytes` (B,): UTF-8 bytes of the text the sample predicts,
+the same for every scheme (tokens 2..N: training/data/byte_patching.py), so BPB compares them;
+`first_target` (B,): positions before it are context (the latent predicts position j + 1 from
+position j; a prediction of a position < first_target is not scored); and `text_positions`
+(B,): the predicted latent positions that hold text, for bytes per patch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.symbols import EOD, PAD, TOKEN_EOD, TOKEN_PAD
+from hbpe.schemas.train_config import ModelConfig
+from hbpe.training.data.byte_patching import (
+    UNBOUNDED_SAFETY_LIMIT,
+    VocabularyBytes,
+    entropy_starts,
+    patch_limit,
+    patch_starts,
+    sample_units,
+    space_starts,
+    to_patches,
+)
+
+
+class Scheme(Protocol):
+    def batch(self, tokens: np.ndarray, stored_patches: np.ndarray | None) -> dict[str, np.ndarray]: ...
+
+
+def vocabulary_bytes(tok) -> VocabularyBytes:
+    enc = tok.encoding
+    return VocabularyBytes.from_token_bytes([enc.decode_single_token_bytes(t) for t in range(enc.max_token_value + 1)])
+
+
+@dataclass
+class TokenScheme:
+    """hierarchical and bpe: one latent position per first-stage token."""
+
+    tok: object
+    derive: bool  # hierarchical: patches = run tokenizer applied to `tokens` (another S or mode)
+
+    def batch(self, tokens: np.ndarray, stored_patches: np.ndarray | None) -> dict[str, np.ndarray]:
+        patches = self.tok.patches(tokens) if self.derive or stored_patches is None else stored_patches
+        B = len(tokens)
+        return {
+            "patches": patches,
+            "tokens": tokens,
+            "target_bytes": np.take(self.tok.token_nbytes, tokens[:, 1:], axis=0).sum(axis=1),
+            "first_target": np.ones(B, dtype=np.int64),
+            "text_positions": (tokens[:, 1:] >= 0).sum(axis=1),
+        }
+
+
+@dataclass
+class ByteScheme:
+    """bytes: one latent position per byte (embedding and head over 256 bytes + markers)."""
+
+    vocab: VocabularyBytes
+
+    def batch(self, tokens: np.ndarray, stored_patches: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        samples = [sample_units(row, self.vocab) for row in tokens]
+        L = max(len(s.units) for s in samples)
+        ids = np.full((len(samples), L), TOKEN_PAD, dtype=np.int64)
+        for i, s in enumerate(samples):
+            ids[i, : len(s.units)] = np.where(s.units == EOD, TOKEN_EOD, s.units)
+        text = [(s.units[s.context :] != EOD).sum() for s in samples]
+        return {
+            "tokens": ids,
+            "target_bytes": np.array(text, dtype=np.int64),
+            "first_target": np.array([max(s.context, 1) for s in samples], dtype=np.int64),
+            "text_positions": np.array(text, dtype=np.int64),
+        }
+
+
+@dataclass
+class BytePatchScheme:
+    """space and entropy: patches of bytes + EOP, read by the paper's local encoder and decoder."""
+
+    vocab: VocabularyBytes
+    max_bytes: int | None  # None: unbounded (entropy), split only at UNBOUNDED_SAFETY_LIMIT
+    entropy: object | None = None  # io=entropy: anything with `entropies(units) -> list[array]` (EntropyModel)
+    threshold: float | None = None
+    forced_splits: int = 0  # unbounded patches split at the safety limit (reported, not hidden)
+
+    def batch(self, tokens: np.ndarray, stored_patches: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        samples = [sample_units(row, self.vocab) for row in tokens]
+        if self.entropy is not None:
+            ents = self.entropy.entropies([s.units for s in samples])
+            natural = [entropy_starts(e, self.threshold) for e in ents]
+        else:
+            natural = [space_starts(s.units) for s in samples]
+        limit = self.max_bytes or UNBOUNDED_SAFETY_LIMIT
+        cut = []
+        for s, st in zip(samples, natural, strict=True):
+            starts = patch_starts(s.units, s.context, st, limit)
+            if self.max_bytes is None:
+                self.forced_splits += int((starts & ~patch_starts(s.units, s.context, st, 1 << 30)).sum())
+            cut.append(to_patches(s.units, s.context, starts, limit + 1))
+        T = max(len(p.patches) for p in cut)
+        W = limit + 1 if self.max_bytes else max(int((p.patches != PAD).sum(1).max()) for p in cut)
+        patches = np.full((len(cut), T, W), PAD, dtype=np.int64)
+        text_positions = []
+        for i, p in enumerate(cut):
+            patches[i, : len(p.patches)] = p.patches[:, :W]
+            text_positions.append(int((p.patches[p.context :, 0] != EOD).sum()))
+        return {
+            "patches": patches,
+            "target_bytes": np.array([p.text_bytes for p in cut], dtype=np.int64),
+            "first_target": np.array([max(p.context, 1) for p in cut], dtype=np.int64),
+            "text_positions": np.array(text_positions, dtype=np.int64),
+        }
+
+
+def build_scheme(cfg: ModelConfig, tok, *, derive: bool, entropy_model: object | None = None) -> Scheme:
+    """The batch builder for `cfg.io` (`entropy_model`: an EntropyModel already loaded, e.g. by the trainer)."""
+    if cfg.io in ("hierarchical", "bpe"):
+        return TokenScheme(tok, derive)
+    vocab = vocabulary_bytes(tok)
+    if cfg.io == "bytes":
+        return ByteScheme(vocab)
+    if cfg.io == "space":
+        return BytePatchScheme(vocab, cfg.patch_max_bytes)
+    if cfg.entropy_threshold is None:
+        raise ConfigError(
+            "model.io=entropy needs model.entropy_threshold, or model.entropy_target_bytes to choose one on the "
+            "training shards (hbpe train does); e.g. model.entropy_target_bytes=4.5"
+        )
+    if entropy_model is None:  # loading it is checkpoint/load.py's (scheme_for): this room reads no checkpoints
+        raise ConfigError(
+            f"internal: model.io=entropy needs its entropy model ({cfg.entropy_model}) loaded by the caller"
+        )
+    bound = patch_limit(cfg) if cfg.entropy_bounded else None  # None: padded to each batch's longest patch
+    return BytePatchScheme(vocab, bound, entropy_model, cfg.entropy_threshold)

@@ -1,0 +1,127 @@
+"""A run's streams: its shard directories as streaming datasets, each in the run's stream cache, and the loaders.
+
+The train loader reads `data.train` or `data.streams` (a mixture), the eval loader `data.eval`,
+each cached under the run's stream cache (one per node: streaming's local rank 0 downloads, the
+other ranks wait for its files), which one run holds at a time (stream_cache.py).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from hbpe.pipeline import storage
+from hbpe.schemas.train_config import TrainConfig
+from hbpe.training.data.loader import StreamingOptions, StreamSpec, build_dataloader, read_manifest, stream_source
+from hbpe.training.data.schemes import build_scheme
+from hbpe.training.data.stream_cache import claim, stream_cache
+
+if TYPE_CHECKING:
+    from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
+
+
+def cache_root(cfg: TrainConfig) -> str:
+    """streaming's cache: one per node, so nodes sharing a save folder (NFS) never write the same files."""
+    from composer.utils import dist
+
+    root = cfg.data.cache_dir or os.path.join(local_root(cfg), "stream-cache")
+    nodes = dist.get_world_size() // dist.get_local_world_size()
+    return os.path.join(root, f"node{dist.get_node_rank()}") if nodes > 1 else root
+
+
+def claim_cache(cfg: TrainConfig) -> None:
+    """This node's stream cache for this run alone (stream_cache.claim), with the fix for where its root came from."""
+
+    if cfg.data.cache_dir:
+        fix = "set data.cache_dir to a folder of its own"
+    elif storage.is_remote(cfg.save_folder):  # caches and logs under runs/<run_name>: the default name collides
+        fix = f"set run_name to a name of its own, e.g. run_name={cfg.run_name}-2 (its caches go to runs/<run_name>)"
+    else:
+        fix = "set save_folder to a folder of its own"
+    claim(cache_root(cfg), run_name=cfg.run_name, save_folder=cfg.save_folder, fix=fix)
+
+
+def train_streams(cfg: TrainConfig, train_manifests: list[Any]) -> list[Any]:
+    """data.train or data.streams as StreamSpecs (with their manifests) cached under the run's stream cache."""
+
+    root = cache_root(cfg)
+    if not cfg.data.streams:
+        return [StreamSpec(cfg.data.train, stream_cache(root, cfg.data.train, "train"), manifest=train_manifests[0])]
+    return [
+        StreamSpec(
+            s.remote,
+            s.local or stream_cache(root, s.remote, "train-streams"),
+            proportion=s.proportion,
+            repeat=s.repeat,
+            choose=s.choose,
+            manifest=m,
+        )
+        for s, m in zip(cfg.data.streams, train_manifests)
+    ]
+
+
+def streaming_options(cfg: TrainConfig, *, eval_loader: bool = False) -> Any:
+    """The data block's streaming knobs; eval reads its shards in order, so only the cache ones apply there."""
+
+    d = cfg.data
+    if eval_loader:
+        return StreamingOptions(predownload=d.predownload, cache_limit=d.cache_limit_bytes)
+    return StreamingOptions(
+        num_canonical_nodes=d.num_canonical_nodes,
+        predownload=d.predownload,
+        cache_limit=d.cache_limit_bytes,
+        shuffle_algo=d.shuffle_algo,
+        shuffle_block_size=d.shuffle_block_size,
+        epoch_size=d.epoch_size,
+    )
+
+
+def build_dataloaders(
+    cfg: TrainConfig,
+    tok: HierarchicalTokenizer,
+    train_manifests: list[Any],
+    *,
+    device_batch: int,
+    eval_enabled: bool,
+    entropy_model: Any | None = None,
+) -> tuple[Any, Any | None]:
+    """(train, eval or None) StreamingDataset loaders; each checks its shards against `tok` first."""
+
+    def scheme(streams: list[Any]) -> Any:
+        derive = stream_source(streams, tok).derive
+        return build_scheme(cfg.model, tok, derive=derive, entropy_model=entropy_model)
+
+    # one cache per node: streaming's local rank 0 downloads, the other ranks wait for its files
+    d = cfg.data
+    streams = train_streams(cfg, train_manifests)
+    train_dl = build_dataloader(
+        streams,
+        tok,
+        batch_size=device_batch,
+        cache_dir=None,
+        shuffle=d.shuffle,
+        shuffle_seed=d.shuffle_seed,
+        num_workers=d.num_workers,
+        scheme=scheme(streams),
+        options=streaming_options(cfg),
+    )
+    if not (eval_enabled and d.eval):
+        return train_dl, None
+    held = [StreamSpec(d.eval, stream_cache(cache_root(cfg), d.eval, "eval"), manifest=read_manifest(d.eval))]
+    eval_dl = build_dataloader(
+        held,
+        tok,
+        batch_size=device_batch,
+        cache_dir=None,
+        shuffle=False,
+        shuffle_seed=d.shuffle_seed,
+        drop_last=False,
+        scheme=scheme(held),
+        options=streaming_options(cfg, eval_loader=True),
+    )
+    return train_dl, eval_dl
+
+
+def local_root(cfg: TrainConfig) -> str:
+    """Where caches and logs go: the save folder, or runs/<run_name> when checkpoints go to a bucket."""
+    return os.path.join("runs", cfg.run_name) if storage.is_remote(cfg.save_folder) else cfg.save_folder

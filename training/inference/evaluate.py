@@ -1,0 +1,107 @@
+"""`hbpe eval`: BPB, loss per symbol, bytes and symbols per patch of a checkpoint on shards."""
+
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+
+import torch
+
+from hbpe.schemas.errors import ArtifactError
+from hbpe.training.checkpoint.load import load_model, scheme_for
+from hbpe.training.data.loader import build_dataloader, check_compatible, read_manifest, stop_downloads
+from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
+
+
+def check_finite_bpb(
+    bpb: float,
+    what: str,
+    *,
+    fix: str = "evaluate an earlier checkpoint, or train again (a lower optim.lr, more warmup)",
+) -> None:
+    """A NaN or infinite BPB is an error, never a result (damaged weights gave `BPB nan` with rc 0)."""
+    if not math.isfinite(bpb):
+        raise ArtifactError(
+            f"{what}: bits per byte is {bpb}: the model's outputs are not finite, so its weights are damaged or "
+            f"its training diverged; {fix}"
+        )
+
+
+@torch.inference_mode()
+def evaluate(
+    checkpoint: str,
+    data: str,
+    *,
+    batch_size: int = 8,
+    max_batches: int | None = None,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+) -> dict:
+    """Every sample of `data` (or the first `max_batches` batches), in order, on `device` (see devices.py).
+
+    `progress` draws a tqdm bar on stderr (batches done of the total), for long evaluations.
+    """
+    from tqdm import tqdm
+
+    model, tok, meta = load_model(checkpoint, device=device)
+    device = next(model.parameters()).device
+    manifest = read_manifest(data)
+    # the model's own scheme (bytes, space, entropy patches, ... from the same `tokens` column)
+    scheme = scheme_for(model.cfg, tok, derive=check_compatible(manifest, tok, where=data).derive)
+    with tempfile.TemporaryDirectory(prefix="hbpe-eval-") as cache:
+        dl = build_dataloader(
+            data,
+            tok,
+            batch_size=batch_size,
+            cache_dir=cache,
+            shuffle=False,
+            shuffle_seed=0,
+            drop_last=False,
+            manifest=manifest,
+            scheme=scheme,
+        )
+        total = len(dl) if max_batches is None else min(len(dl), max_batches)
+        bar = tqdm(total=total, unit="batch", desc="eval", file=sys.stderr, disable=not progress, dynamic_ncols=True)
+        # sums stay on the device (fp64 NLL): no host sync per batch on a GPU
+        sums = torch.zeros(4, dtype=torch.float64, device=device)  # nll, symbols, bytes, text patches
+        for i, batch in enumerate(dl):
+            if max_batches is not None and i >= max_batches:
+                break
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            logits, targets = model(batch)
+            sums += torch.stack(
+                [
+                    cross_entropy_sum(logits, targets).double(),
+                    (targets != IGNORE).sum().double(),
+                    batch["target_bytes"].sum().double(),
+                    batch["text_positions"].sum().double(),
+                ]
+            )
+            bar.update(1)
+        bar.close()
+        stop_downloads(dl)  # before the cache is deleted
+        del dl
+    nll, counts = float(sums[0]), [int(v) for v in sums[1:].tolist()]
+    symbols, nbytes, text_patches = counts
+    if nbytes == 0:
+        # BPB divides by the bytes of text covered: over none it is undefined, not 0 or NLL/1
+        raise ArtifactError(
+            f"{data}: the evaluated samples cover 0 bytes of text ({symbols} symbols, "
+            f"{'max_batches=' + str(max_batches) if max_batches is not None else 'all batches'}), so bits per byte "
+            "is undefined; evaluate on shards of documents with text (`hbpe shards stats` shows their bytes)"
+            + (" or raise --max-batches" if max_batches is not None else "")
+        )
+    bpb = nll / math.log(2) / nbytes
+    check_finite_bpb(bpb, f"{checkpoint} on {data}")
+    return {
+        "bpb": bpb,
+        "loss_per_symbol": nll / max(symbols, 1),
+        "bytes_per_patch": nbytes / max(text_patches, 1),
+        "symbols_per_patch": symbols / max(text_patches, 1),  # predicted symbols (EOD patches included)
+        "bytes": nbytes,
+        "symbols": symbols,
+        "max_patch_size": tok.max_patch_size if model.cfg.io == "hierarchical" else None,
+        "io": meta["model"]["io"],
+        "device": str(device),
+    }

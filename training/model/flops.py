@@ -1,0 +1,97 @@
+"""Forward FLOPs: the paper's figure (Chinchilla's appendix F) and the count our blocks compute.
+
+The SPEC's formula for the hierarchical model, Y bytes in T = Y / (bytes per patch) patches
+of p symbols on average:
+
+    F = T*Tr(p, D_enc, L_enc, V=0) + T*Tr(p, D_dec, L_dec, V=V') + Tr(T, D_G, L_G, V=0)
+
+and for the BPE baseline F = Tr(T, D_G, L_G, V=vocab). Tr counts, per layer: QKV and output
+projections (2*n*4*d*d), attention logits and values (2*2*n*n*d), softmax (3*heads*n*n) and
+the MLP (2*n*mats*d*ffn); embeddings cost 0, logits 2*n*d*V.
+
+- `paper_forward_flops`: Chinchilla's two MLP matrices (mats=2), the number the paper's
+  Table 1 reports (562 GFLOPs for the small BPE model on 8,192 bytes). Use it to compare
+  with the paper and between schemes.
+- `train_flops_per_sample`: what a training step really computes: SwiGLU's three MLP
+  matrices, all S symbol positions of every patch (PAD included), the patch <-> latent
+  projections, and 3x forward for forward + backward. Composer's SpeedMonitor divides it
+  by time for MFU.
+"""
+
+from __future__ import annotations
+
+from hbpe.schemas.train_config import EMBEDDING_IOS, ModelConfig
+
+CHINCHILLA_MLP_MATS = 2  # the paper's transformer (Chinchilla appendix F)
+SWIGLU_MLP_MATS = 3  # gate, up and down: what training/model/layers.py computes
+
+
+def transformer_flops(
+    n: float, d: int, layers: int, vocab: int = 0, *, ffn: int | None = None, heads: int = 1, mlp_mats: int
+) -> float:
+    """Tr(n, d, L, V): forward FLOPs of an L-layer transformer on n positions.
+
+    >>> transformer_flops(1, 2, 1, ffn=4, heads=1, mlp_mats=2)  # 2*4*4 + 4*2 + 3 + 2*2*2*4
+    75.0
+    """
+    ffn = 4 * d if ffn is None else ffn
+    attn = 2 * n * 4 * d * d + 2 * 2 * n * n * d + 3 * heads * n * n
+    mlp = 2 * n * mlp_mats * d * ffn
+    return float(layers * (attn + mlp) + 2 * n * d * vocab)
+
+
+def forward_flops_by_part(
+    cfg: ModelConfig, *, patches: float, patch_len: float, vocab_size: int, mlp_mats: int
+) -> dict[str, float]:
+    """{local_encoder, local_decoder, latent, total} for T patches of p symbols.
+
+    `vocab_size` is the output vocabulary: V' for the hierarchical model, the first stage's
+    for the BPE baseline (whose latent transformer then carries the logits).
+    """
+    latent_vocab = vocab_size if cfg.io in EMBEDDING_IOS else 0
+    latent = transformer_flops(
+        patches, cfg.latent_dim, cfg.latent_layers, latent_vocab, ffn=cfg.latent_ffn, heads=cfg.latent_heads,
+        mlp_mats=mlp_mats,
+    )  # fmt: skip
+    enc = dec = 0.0
+    if cfg.io not in EMBEDDING_IOS:
+        local = dict(ffn=cfg.local_ffn, heads=cfg.local_heads, mlp_mats=mlp_mats)
+        enc = patches * transformer_flops(patch_len, cfg.local_dim, cfg.encoder_layers, 0, **local)
+        dec = patches * transformer_flops(patch_len, cfg.local_dim, cfg.decoder_layers, vocab_size, **local)
+    return {"local_encoder": enc, "local_decoder": dec, "latent": latent, "total": enc + dec + latent}
+
+
+def paper_forward_flops(
+    cfg: ModelConfig,
+    *,
+    input_bytes: float,
+    bytes_per_patch: float,
+    symbols_per_patch: float,
+    vocab_size: int,
+) -> dict[str, float]:
+    """The paper's forward FLOPs for `input_bytes` of text (Table 1 uses 8,192).
+
+    `bytes_per_patch` and `symbols_per_patch` are measured on the data (e.g. `hbpe eval`);
+    for the BPE baseline a patch is a first-stage token and `symbols_per_patch` is unused.
+    """
+    return forward_flops_by_part(
+        cfg,
+        patches=input_bytes / bytes_per_patch,
+        patch_len=symbols_per_patch,
+        vocab_size=vocab_size,
+        mlp_mats=CHINCHILLA_MLP_MATS,
+    )
+
+
+def train_flops_per_sample(cfg: ModelConfig, *, seq_len: int, max_patch_size: int, vocab_size: int) -> float:
+    """Forward + backward (3x forward) FLOPs one sample really costs, for MFU.
+
+    `vocab_size` is the model's output vocabulary (V', or the BPE head's rows).
+    """
+    T = seq_len - 1
+    fwd = forward_flops_by_part(
+        cfg, patches=T, patch_len=max_patch_size, vocab_size=vocab_size, mlp_mats=SWIGLU_MLP_MATS
+    )["total"]
+    if cfg.io not in EMBEDDING_IOS:
+        fwd += 2 * 2 * T * cfg.local_dim * cfg.latent_dim  # to_latent and from_latent, once per patch
+    return 3.0 * fwd

@@ -1,0 +1,116 @@
+"""The paper's two local models, on the symbols of one patch at a time (S positions, V' symbols).
+
+    e_t = g_phi(patch_t)                                           # LocalEncoder
+    p(x_{t+1}^s | x_{t+1}^{<s}, h_t) = softmax(m_psi(x_{t+1}^{<s}, h_t))   # LocalDecoder
+
+Both read symbols through one embedding table E (V', d) that HierarchicalPatchIO creates and
+hands to each (see there why it is shared); phi and psi are otherwise disjoint. Shapes:
+M patches (B*T when a batch is flattened), S symbols per patch, d = local_dim,
+D = latent_dim, V = V'.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hbpe.schemas.symbols import PAD
+from hbpe.schemas.train_config import ModelConfig
+from hbpe.training.model.layers import KVCache, Transformer
+
+
+def _local_transformer(cfg: ModelConfig, layers: int) -> Transformer:
+    return Transformer(
+        layers=layers,
+        dim=cfg.local_dim,
+        ffn=cfg.local_ffn,
+        heads=cfg.local_heads,
+        theta=cfg.rope_theta,
+        dropout=cfg.dropout,
+    )
+
+
+class LocalEncoder(nn.Module):
+    """g_phi: a patch of S symbols -> one latent input e_t.
+
+    Symbol embedding, bidirectional transformer over the patch (PAD keys masked), pooling,
+    projection to the latent width. Pooling "mean": masked mean over the real symbols;
+    "eop": the state at the patch's last real symbol, which under bidirectional attention
+    has seen the whole patch.
+    """
+
+    def __init__(self, cfg: ModelConfig, embed: nn.Embedding) -> None:
+        super().__init__()
+        self.pooling = cfg.pooling
+        self.embed = embed
+        self.transformer = _local_transformer(cfg, cfg.encoder_layers)
+        self.to_latent = nn.Linear(cfg.local_dim, cfg.latent_dim, bias=False)
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        """(B, T, S) symbols -> e (B, T, D); every patch is encoded on its own."""
+        B, T, S = patches.shape
+        flat = patches.reshape(B * T, S)  # (M, S)
+        real = flat != PAD  # (M, S)
+        key_mask = real.clone()
+        key_mask[:, 0] = True  # an all-PAD (tail) patch still attends somewhere: no NaN rows
+        x = self.transformer(self.embed(flat), causal=False, key_mask=key_mask)  # (M, S, d)
+        if self.pooling == "mean":
+            w = real.unsqueeze(-1).to(x.dtype)  # (M, S, 1)
+            pooled = (x * w).sum(1) / w.sum(1).clamp_min(1.0)  # (M, d)
+        else:
+            last = real.sum(1).clamp_min(1) - 1  # (M,) index of the last real symbol
+            pooled = x[torch.arange(B * T, device=x.device), last]  # (M, d)
+        return self.to_latent(pooled).view(B, T, -1)  # (B, T, D)
+
+
+class LocalDecoder(nn.Module):
+    """m_psi: h_t and the first s-1 symbols of patch t+1 -> logits of its symbol s.
+
+    Conditioning "prefix": h_t, projected to the local width, is the first input position,
+    so symbol s attends to it like to any earlier symbol. "add": a learned start vector is
+    the first position and h_t is added to every position.
+    """
+
+    def __init__(self, cfg: ModelConfig, embed: nn.Embedding, *, vocab_size: int) -> None:
+        super().__init__()
+        self.conditioning, self.vocab_size = cfg.conditioning, vocab_size
+        self.from_latent = nn.Linear(cfg.latent_dim, cfg.local_dim, bias=False)
+        # only "add" conditioning uses a start vector; an unused parameter would have no optimizer
+        # state and break checkpoint resumption
+        self.start = nn.Parameter(torch.zeros(cfg.local_dim)) if cfg.conditioning == "add" else None
+        self.transformer = _local_transformer(cfg, cfg.decoder_layers)
+        self.head = nn.Linear(cfg.local_dim, vocab_size, bias=False)
+        # registered last: PatchLM initialises modules in registration order, and the table was
+        # already met (and initialised) in the encoder
+        self.embed = embed
+
+    def inputs(self, h: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
+        """h (M, D), prefix symbols (M, k) with k < S -> decoder inputs (M, k+1, d)."""
+        c = self.from_latent(h).unsqueeze(1)  # (M, 1, d)
+        emb = self.embed(prefix)  # (M, k, d)
+        if self.conditioning == "prefix":
+            return torch.cat([c, emb], dim=1)  # (M, k+1, d)
+        start = self.start.expand(emb.shape[0], 1, -1)  # (M, 1, d)
+        return torch.cat([start, emb], dim=1) + c  # (M, k+1, d)
+
+    def forward(self, h: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: h (M, D), the patches it predicts (M, S) -> logits (M, S, V) of all S symbols."""
+        x = self.inputs(h, patches[:, :-1])  # (M, S, d): position s sees h and symbols < s
+        return self.head(self.transformer(x, causal=True))  # (M, S, V)
+
+    def symbol_logits(self, h: torch.Tensor, prefix: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        """Logits (M, V) of the next symbol of the patch after h (M, D), given its first k symbols (M, k).
+
+        With a cache, the first call (k = 0) feeds the conditioning position and each later call
+        only the newest symbol; the cache holds the keys of the positions before it.
+        """
+        if cache is None:
+            x = self.inputs(h, prefix)  # (M, k+1, d)
+        elif cache.length == 0:
+            x = self.inputs(h, prefix[:, :0])  # (M, 1, d)
+        else:
+            x = self.embed(prefix[:, -1:])  # (M, 1, d)
+            if self.conditioning == "add":
+                x = x + self.from_latent(h).unsqueeze(1)  # (M, 1, d)
+        out = self.transformer(x, causal=True, cache=cache)  # (M, L, d)
+        return self.head(out[:, -1])  # (M, V)

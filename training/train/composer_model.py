@@ -1,0 +1,52 @@
+"""The ComposerModel: loss, BPB metric, and FLOPs for SpeedMonitor's MFU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from composer.models import ComposerModel
+
+from hbpe.schemas.train_config import EMBEDDING_IOS
+from hbpe.training.model.flops import train_flops_per_sample
+from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
+from hbpe.training.model.patch_lm import PatchLM
+from hbpe.training.train.metrics import BitsPerByte, LossPerSymbol
+
+
+class HierarchicalComposerModel(ComposerModel):
+    def __init__(self, model: PatchLM, *, max_patch_size: int) -> None:
+        super().__init__()
+        self.model = model
+        self.max_patch_size = max_patch_size
+        self.train_metrics = {"BitsPerByte": BitsPerByte(), "LossPerSymbol": LossPerSymbol()}
+        self.eval_metrics = {"BitsPerByte": BitsPerByte(), "LossPerSymbol": LossPerSymbol()}
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        logits, targets = self.model(batch)
+        nll = cross_entropy_sum(logits, targets)
+        return {"nll_sum": nll, "count": (targets != IGNORE).sum()}
+
+    def loss(self, outputs: dict[str, torch.Tensor], batch: Any) -> torch.Tensor:
+        return outputs["nll_sum"] / outputs["count"].clamp_min(1)
+
+    def eval_forward(self, batch: dict[str, torch.Tensor], outputs: Any | None = None) -> dict[str, torch.Tensor]:
+        return outputs if outputs is not None else self.forward(batch)
+
+    def get_metrics(self, is_train: bool = False) -> dict[str, Any]:
+        return self.train_metrics if is_train else self.eval_metrics
+
+    def update_metric(self, batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], metric: Any) -> None:
+        if isinstance(metric, BitsPerByte):
+            metric.update(outputs["nll_sum"], batch["target_bytes"])
+        else:
+            metric.update(outputs["nll_sum"], outputs["count"])
+
+    def flops_per_batch(self, batch: dict[str, torch.Tensor]) -> float:
+        # from the batch's shape: the byte schemes' latent length and patch width vary by batch
+        x = batch["tokens"] if self.model.cfg.io in EMBEDDING_IOS else batch["patches"]
+        B, N = x.shape[:2]
+        S = x.shape[2] if x.dim() == 3 else 1
+        return B * train_flops_per_sample(
+            self.model.cfg, seq_len=N, max_patch_size=S, vocab_size=self.model.io.vocab_size
+        )

@@ -1,0 +1,346 @@
+"""Build and run a Composer Trainer from a TrainConfig (thin: the pieces live in their modules)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from composer import Callback
+
+from hbpe.pipeline import storage
+from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.train_config import TrainConfig, check_world_divides_batch
+from hbpe.training.checkpoint.export_format import save_entropy_copy
+from hbpe.training.checkpoint.run_files import write_run_files
+from hbpe.training.checkpoint.safe_load import ensure_safe_checkpoint
+from hbpe.training.checkpoint.save_folder import (  # re-exported: the save-folder checks are part of the trainer's surface
+    check_resume_matches,
+    check_save_folder,
+    clear_previous_run,
+    latest_checkpoint,
+    set_aside_incomplete,
+)
+from hbpe.training.data.loader import epoch_samples, read_manifest
+from hbpe.training.data.stream_cache import release as release_cache
+from hbpe.training.data.streams import build_dataloaders, cache_root, claim_cache, local_root, train_streams
+from hbpe.training.model.devices import composer_device
+from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
+from hbpe.training.train.calibration import resolve_entropy_threshold, resolve_tokenizer
+from hbpe.training.train.callbacks import ThroughputMeter
+from hbpe.training.train.composer_model import HierarchicalComposerModel
+from hbpe.training.train.loggers import build_callbacks, build_loggers
+from hbpe.training.train.optimizer import build_optimizer, build_scheduler
+from hbpe.training.train.parallelize import attach_fsdp_hooks, parallelism_config
+
+if TYPE_CHECKING:
+    from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
+    from hbpe.training.model.patch_lm import PatchLM
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BuiltRun:
+    trainer: Any
+    tokenizer: Any
+    meter: ThroughputMeter
+    seq_len: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def check_samples(cfg: TrainConfig, samples: int, *, world: int) -> None:
+    """Enough samples for one global batch: with drop_last a smaller set gives 0 batches per epoch,
+    and Composer then loops over empty epochs without end."""
+    if samples < cfg.global_batch_size:
+        where = cfg.data.train or f"one epoch of data.streams ({', '.join(cfg.data.train_sources)})"
+        raise ConfigError(
+            f"{where} has {samples} samples, fewer than global_batch_size={cfg.global_batch_size} "
+            f"(per device: {cfg.global_batch_size // world} on {world} processes), so no batch could be formed; "
+            "lower global_batch_size or convert more text"
+        )
+
+
+def check_not_finished(cfg: TrainConfig, trainer: Any) -> None:
+    """A resumed (autoresume or load_path) run already at max_duration: Composer's fit() refuses it with a
+    ValueError; say it here, as a config matter, before the run files are touched."""
+    state = trainer.state
+    done = state.timestamp.get(state.max_duration.unit)
+    if state.max_duration <= done:
+        source = f"load_path {cfg.load_path}" if cfg.load_path else f"the run in save_folder {cfg.save_folder}"
+        raise ConfigError(
+            f"{source} is already trained to {done} (max_duration={cfg.max_duration}); raise max_duration above "
+            f"{done} to continue it, or set save_folder to a new folder for a new run"
+        )
+
+
+def guard_checkpoint_loading(cfg: TrainConfig, *, resume_from: str | None) -> None:
+    """No checkpoint Composer loads may run code.
+
+    Composer unpickles checkpoints with `weights_only=False`. Its validation hook checks every
+    file right before it loads one (remote, after the download, and sharded included); the
+    explicit checks here give the one-line error before the Trainer exists (DCP would wrap the
+    hook's error in its own). `resume_from`: what autoresume continues (`latest_checkpoint`).
+    """
+
+    os.environ["CHECKPOINT_VALIDATION_FUNCTION"] = "hbpe.training.checkpoint.safe_load.composer_checkpoint_validator"
+    for path in (cfg.load_path, resume_from):
+        if path and not storage.is_remote(path):
+            ensure_safe_checkpoint(path)
+
+
+def _start(cfg: TrainConfig, *, save_enabled: bool) -> tuple[str, int]:
+    """Seed, join the process group, claim the save folder -> (device, world size)."""
+    from composer.utils import dist, reproducibility
+
+    reproducibility.seed_all(cfg.seed)
+    device = composer_device(cfg.device)
+    world = dist.get_world_size()
+    if world > 1:
+        dist.initialize_dist(device)  # early, for the barrier below (the Trainer reuses the process group)
+    if save_enabled:
+        check_save_folder(cfg)
+        dist.barrier()  # every rank has looked at the folder before rank 0 writes the run files into it
+    check_world_divides_batch(cfg, world)
+    return device, world
+
+
+def keep_previous_log(path: str) -> str | None:
+    """Move an earlier session's log aside (`train.log` -> `train.log.1`, `.2`, ...) -> its new name.
+
+    Composer's FileLogger truncates its file, and a resumed run would otherwise lose the log of the
+    session it continues. Rank 0 only: the other ranks see the same local path on one node.
+    """
+    if int(os.environ.get("RANK", "0")) != 0 or not os.path.isfile(path):
+        return None
+    n = 1
+    while os.path.exists(f"{path}.{n}"):
+        n += 1
+    os.replace(path, f"{path}.{n}")
+    return f"{path}.{n}"
+
+
+def _model(cfg: TrainConfig, tok: HierarchicalTokenizer) -> tuple[PatchLM, Any]:
+    """(the model with its FSDP hooks, the ComposerModel around it) for `cfg.model` shaped by `tok`."""
+
+    model = attach_fsdp_hooks(build_model(cfg.model, VocabSpec.from_tokenizer(tok)))
+    return model, HierarchicalComposerModel(model, max_patch_size=tok.max_patch_size)
+
+
+def _precision(cfg: TrainConfig, device: str) -> str:
+    return cfg.precision if cfg.precision != "auto" else ("amp_bf16" if device == "gpu" else "fp32")
+
+
+def _trainer_kwargs(
+    cfg: TrainConfig,
+    *,
+    device: str,
+    device_batch: int,
+    callbacks: list[Callback],
+    loggers: list[Any],
+    save_enabled: bool,
+    resume_from: str | None = None,
+) -> dict[str, Any]:
+    """Composer Trainer arguments other than the model, data and optimizer: schedule, precision, saving, logging.
+
+    `callbacks` and `loggers` are every one the run has (the config's blocks built by `build_run`);
+    `resume_from` what autoresume continues (`latest_checkpoint`).
+    """
+    from composer.algorithms import GradientClipping
+    from composer.loggers import FileLogger
+
+    micro = cfg.device_microbatch_size
+    if micro == "auto" and device != "gpu":
+        micro = device_batch  # Composer's auto microbatching needs CUDA OOM signals
+    all_loggers = list(loggers)
+    if cfg.log_file and save_enabled:
+        log_path = os.path.join(local_root(cfg), cfg.log_file)
+        if resume_from or cfg.load_path:
+            keep_previous_log(log_path)
+        all_loggers.append(FileLogger(filename=log_path, flush_interval=1))
+    clip = cfg.optim.grad_clip_norm
+    return dict(
+        max_duration=cfg.max_duration,
+        algorithms=[GradientClipping(clipping_type="norm", clipping_threshold=clip)] if clip else [],
+        callbacks=callbacks,
+        loggers=all_loggers,
+        run_name=cfg.run_name,
+        seed=cfg.seed,
+        device=device,
+        precision=_precision(cfg, device),
+        device_train_microbatch_size=micro,
+        parallelism_config=parallelism_config(
+            cfg.fsdp, activation_checkpointing=cfg.activation_checkpointing, on_gpu=device == "gpu"
+        ),
+        save_folder=cfg.save_folder if save_enabled else None,
+        save_interval=cfg.save_interval,
+        save_num_checkpoints_to_keep=cfg.save_num_checkpoints_to_keep,
+        save_overwrite=cfg.save_overwrite,
+        **_load_kwargs(cfg, resume_from),
+        progress_bar=False,
+        load_progress_bar=False,  # a checkpoint downloaded from a bucket (resume, load_path): no bar either
+        log_to_console=cfg.console,
+        console_log_interval=cfg.log_interval,
+        python_log_level=None,
+    )
+
+
+def _load_kwargs(cfg: TrainConfig, resume_from: str | None) -> dict[str, Any]:
+    """Composer's load_path: what autoresume continues, or the config's load_path.
+
+    hbpe finds the resume point itself (`latest_checkpoint`: the newest complete checkpoint) and
+    hands it to Composer as a load_path, which Composer loads as its autoresume would. Composer's own
+    autoresume follows `latest-rank0.pt`, which a kill between saving a checkpoint and moving the
+    symlink leaves behind; in a bucket it would also download the checkpoint into a local folder
+    named after the URI (`./s3:/bucket/run/latest-rank0.pt`).
+    """
+    if cfg.autoresume:
+        return {"autoresume": False, "load_path": resume_from or cfg.load_path}
+    return {"autoresume": False, "load_path": cfg.load_path}
+
+
+def _poll_uploads_often(trainer: Any) -> None:
+    """Composer uploads `latest-rank0.pt.symlink` once it sees the checkpoint in the bucket, looking every 30 s
+    (its attribute is there for tests to shorten): each save, and the end of the run, waited up to 30 s for a
+    small checkpoint whose upload took well under one. One HEAD request a second while an upload runs is nothing."""
+    saver = getattr(trainer, "_checkpoint_saver", None)
+    if getattr(saver, "remote_uploader", None) is not None and hasattr(
+        saver, "_symlink_upload_wait_before_next_try_in_seconds"
+    ):
+        saver._symlink_upload_wait_before_next_try_in_seconds = 1.0
+
+
+def build_run(
+    cfg: TrainConfig,
+    *,
+    callbacks: list[Callback] | None = None,
+    loggers: list[Any] | None = None,
+    eval_enabled: bool = True,
+    save_enabled: bool = True,
+) -> BuiltRun:
+    """Everything `fit()` needs, checked before anything is written: tokenizer, shards, model, Trainer."""
+    from composer import Trainer
+    from composer.utils import dist
+
+    # the config's loggers and callbacks first: a wrong argument or a missing package is said before any work
+    config_loggers = build_loggers(cfg.loggers, log_root=local_root(cfg))
+    config_callbacks = build_callbacks(cfg.callbacks)
+    device, world = _start(cfg, save_enabled=save_enabled)
+    device_batch = cfg.global_batch_size // world
+    tok, derived = resolve_tokenizer(cfg)
+    cfg, entropy_model = resolve_entropy_threshold(cfg, tok)
+    if save_enabled:
+        check_resume_matches(cfg, tok)
+    # read once: seq_len and the epoch's samples here, shard checks in the loader
+    train_manifests = [read_manifest(src) for src in cfg.data.train_sources]
+    check_samples(cfg, epoch_samples(train_streams(cfg, train_manifests), cfg.data.epoch_size), world=world)
+    check_canonical_nodes(cfg, nodes=world // dist.get_local_world_size())
+    seq_len = train_manifests[0].seq_len  # the same for every stream (data.stream_source checks it)
+    if dist.get_local_rank() == 0:  # the rank that fills this node's cache; the others only read it
+        claim_cache(cfg)
+    train_dl, eval_dl = build_dataloaders(
+        cfg, tok, train_manifests, device_batch=device_batch, eval_enabled=eval_enabled, entropy_model=entropy_model
+    )
+    model, cmodel = _model(cfg, tok)
+    optimizer, scheduler = build_optimizer(cmodel, cfg.optim), build_scheduler(cfg.optim)
+    meter = ThroughputMeter()
+    resume_from = latest_checkpoint(cfg) if cfg.autoresume and save_enabled else None
+    guard_checkpoint_loading(cfg, resume_from=resume_from)
+    trainer = Trainer(
+        model=cmodel,
+        train_dataloader=train_dl,
+        eval_dataloader=eval_dl,
+        eval_interval=cfg.eval_interval if eval_dl is not None else 0,
+        eval_subset_num_batches=cfg.eval_subset_num_batches,
+        optimizers=optimizer,
+        schedulers=scheduler,
+        **_trainer_kwargs(
+            cfg,
+            device=device,
+            device_batch=device_batch,
+            callbacks=[*config_callbacks, meter, *(callbacks or [])],
+            loggers=[*config_loggers, *(loggers or [])],
+            save_enabled=save_enabled,
+            resume_from=resume_from,
+        ),
+    )
+    _poll_uploads_often(trainer)
+    # the run files and the clearing of an old run come last: any refusal above leaves the folder as it was,
+    # so fixing the mistake and running again is not refused as "already holds a run"
+    try:
+        check_not_finished(cfg, trainer)
+    except ConfigError:
+        trainer.close()
+        raise
+    if save_enabled and dist.get_global_rank() == 0:
+        if cfg.save_overwrite:
+            clear_previous_run(cfg.save_folder)
+        elif cfg.autoresume:
+            set_aside_incomplete(cfg.save_folder, resume_from)  # a cut-short checkpoint's name would stop fit()
+        write_run_files(
+            cfg.save_folder,
+            model_cfg=cfg.model,
+            tok=tok,
+            seq_len=seq_len,
+            train_config=cfg.to_dict(),
+            derived_tokenizer=derived,
+        )
+        if entropy_model is not None:  # the run keeps the entropy model it is trained with (entropy_files.py)
+            save_entropy_copy(entropy_model, cfg.save_folder)
+    if save_enabled:
+        dist.barrier()  # no rank saves a checkpoint before rank 0 has cleared the old run
+    counts = parameter_counts(model)
+    info = {
+        "device": device,
+        "world_size": world,
+        "precision": _precision(cfg, device),
+        "params": counts["total"],
+        "params_by_part": counts,  # the paper's count: a tied matrix once
+        "vocab_size": tok.vocab_size,
+        "max_patch_size": tok.max_patch_size,
+        "seq_len": seq_len,
+        "derived_tokenizer": derived,
+        "model": asdict(cfg.model),  # as trained: an entropy threshold chosen on the shards included
+    }
+    return BuiltRun(trainer, tok, meter, seq_len, info)
+
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    run = build_run(cfg)
+    resumed_at = int(run.trainer.state.timestamp.batch)  # Composer loads a resumed checkpoint in Trainer()
+    if resumed_at:
+        log.info("resuming at batch %d", resumed_at)
+    t = time.perf_counter()
+    run.trainer.fit()
+    wall = time.perf_counter() - t
+    metrics = {f"{k}": float(v.compute()) for k, v in run.trainer.state.eval_metrics.get("eval", {}).items()}
+    run.trainer.close()
+    release_cache(cache_root(cfg))  # the next run may take the cache (the process's end would release it too)
+    return {
+        **run.info,
+        "wall_s": wall,
+        "eval": metrics,
+        "throughput": run.meter.summary(),
+        "save_folder": cfg.save_folder,
+        "batches": int(run.trainer.state.timestamp.batch),  # the run's total, a resumed session's included
+        "resumed_at_batch": resumed_at,
+    }
+
+
+def check_canonical_nodes(cfg: TrainConfig, *, nodes: int) -> None:
+    """A new run's num_canonical_nodes and node count must divide one another (streaming's partitioning).
+
+    A resumed run takes the value saved in its checkpoint, and streaming then re-partitions the
+    same order for any node count (its relaxed partitioning), so only a fresh start is checked.
+    """
+    n = cfg.data.num_canonical_nodes
+    if n is None or n % nodes == 0 or nodes % n == 0:
+        return
+    if cfg.load_path or (cfg.autoresume and latest_checkpoint(cfg)):
+        return
+    raise ConfigError(
+        f"data.num_canonical_nodes={n} and the {nodes} nodes of this run do not divide one another, which streaming "
+        f"needs to start a run; e.g. data.num_canonical_nodes={nodes * max(1, n // nodes)} (or null: one per node)"
+    )
