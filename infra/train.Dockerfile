@@ -21,10 +21,12 @@ WORKDIR /opt/hbpe
 COPY infra/worker-requirements.txt /tmp/worker-requirements.txt
 RUN pip install --no-cache-dir -r /tmp/worker-requirements.txt
 COPY pyproject.toml setup.py README.md LICENSE ./
+COPY src src
 COPY hbpe hbpe
 COPY pipeline pipeline
 COPY training training
 COPY schemas schemas
+COPY data/sample data/sample
 # the check runs from / : in /opt/hbpe, the source's hbpe/ folder would shadow the installed package
 RUN pip install --no-cache-dir --no-deps . \
     && cd / && python -c "import hbpe.pipeline.tokenizer.second_stage._merge_core"

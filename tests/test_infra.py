@@ -20,7 +20,15 @@ def test_worker_requirements_match_pyproject():
         for ln in (REPO / "infra" / "worker-requirements.txt").read_text().splitlines()
         if ln.strip() and not ln.startswith("#")
     ]
-    assert _names(lines) == _names(deps)
+    # the same packages; a range in pyproject.toml is pinned in the images to the tested version (constraints.txt)
+    tested = dict(
+        ln.split("==", 1) for ln in (REPO / "constraints.txt").read_text().splitlines() if "==" in ln and ln[0] != "#"
+    )
+    want = _names(deps)
+    for name, spec in _names(lines).items():
+        pinned = spec.partition("==")[2]
+        assert spec == want[name] or pinned == tested.get(name), (spec, want[name])
+    assert set(_names(lines)) == set(want)
 
 
 def test_runner_options_parse():
@@ -103,13 +111,20 @@ def test_dockerfile_matches_the_launcher_and_the_package():
 
 
 def _check_installs_the_package(text: str) -> None:
-    """A Dockerfile installs the pinned stack, then hbpe from a copy of everything its build reads: each folder
-    pyproject maps into the package, setup.py (the C kernels), and the readme and license files pyproject names."""
+    """A Dockerfile installs the pinned stack, then hbpe from a copy of everything its build reads: the package root and
+    every folder its links reach, setup.py (the C kernels), and the readme and license files pyproject names."""
     assert "COPY infra/worker-requirements.txt /tmp/worker-requirements.txt\n" in text
     assert "RUN pip install --no-cache-dir -r /tmp/worker-requirements.txt\n" in text
     assert "pip install --no-cache-dir --no-deps ." in text
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    for folder in set(pyproject["tool"]["setuptools"]["package-dir"].values()):
+    # the package root (src/), and every folder its links reach (hbpe/ -> training/, data/sample, ...)
+    folders = set(pyproject["tool"]["setuptools"]["package-dir"].values())
+    for root in ("src", "hbpe"):
+        for link in (p for p in (REPO / root).iterdir() if p.is_symlink()):
+            target = link.resolve().relative_to(REPO)
+            folders.add(target.as_posix() if target.parts[0] == "data" else target.parts[0])
+    assert {"src", "hbpe", "pipeline", "training", "schemas", "data/sample"} <= folders
+    for folder in folders:
         assert f"COPY {folder} {folder}\n" in text, folder
     files = re.search(r"^COPY (.+) \./$", text, re.M).group(1).split()
     needed = ["pyproject.toml", "setup.py", pyproject["project"]["readme"], *pyproject["project"]["license-files"]]

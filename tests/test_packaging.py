@@ -109,6 +109,7 @@ def test_the_wheel_holds_every_package_and_runs_the_demo_anywhere(tmp_path):
         str(venv)
         in subprocess.run(
             [str(venv / "bin" / "python"), "-c", "import hbpe.demo; print(hbpe.demo.__file__)"],
+            cwd=elsewhere,
             capture_output=True,
             text=True,
         ).stdout

@@ -67,7 +67,9 @@ def filesystems():
     """
     from apache_beam.io.filesystems import FileSystems
 
-    if FileSystems._pipeline_options is None:
+    current = FileSystems._pipeline_options
+    # unset, or set (by an earlier pipeline in this process) without the endpoint the environment now names
+    if current is None or (store_args() and not current.get_all_options().get("s3_endpoint_url")):
         use_filesystem_options()
     share_botocore_data()
     return FileSystems

@@ -160,7 +160,7 @@ def test_verify_detects_corruption_and_manifest_mismatch(tmp_path, gpt2_tokenize
 
 
 def test_failure_mid_run_commits_nothing(tmp_path, gpt2_tokenizer_dir, monkeypatch):
-    from hbpe.pipeline.beam import shard_tasks as shards
+    from hbpe.pipeline.beam import write_shards as shards
 
     real = shards._WriteShardFn.process
 

@@ -123,7 +123,7 @@ def test_sigkilled_conversion_resumes_to_the_same_bytes(tmp_path, gpt2_tokenizer
 @pytest.fixture
 def failing_shard_writer(monkeypatch):
     """Shard 1's writer raises, as a crashed worker would, after every unit is encoded (Beam in memory)."""
-    from hbpe.pipeline.beam import shard_tasks as shards
+    from hbpe.pipeline.beam import write_shards as shards
 
     real = shards._WriteShardFn.process
 

@@ -143,7 +143,7 @@ def test_beam_gets_the_s3_endpoint_of_the_environment_unless_given():
 def test_convert_from_and_into_a_bucket_resumes_to_the_local_bytes(object_store, bucket_data, local_run, tmp_path):
     """An interrupted --resume run keeps its units in the bucket; the CLI's --resume finishes it, on Beam's
     worker processes (which reach the store only through the options hbpe hands them)."""
-    from hbpe.pipeline.beam import shard_tasks as shards
+    from hbpe.pipeline.beam import write_shards as shards
 
     u = bucket_data
     real = shards._WriteShardFn.process

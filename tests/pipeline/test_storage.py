@@ -23,7 +23,7 @@ from hbpe.pipeline.shards import reader
 from hbpe.pipeline.shards.reader import ShardDir, read_manifest
 from hbpe.pipeline.tokenizer import artifact
 from hbpe.schemas.errors import ArtifactError
-from hbpe.training import data
+from hbpe.training.data import loader as data
 
 REFUSED = "http://127.0.0.1:9"  # the discard port: nothing listens there, the connection is refused at once
 
@@ -252,7 +252,7 @@ heavy = sorted(n for n in ("torch", "apache_beam", "streaming") if n in sys.modu
 assert not heavy, f"the tokenizer, the shard reader and the shard tools import {heavy}"
 
 from hbpe.schemas.errors import ArtifactError
-from hbpe.training import data
+from hbpe.training.data import loader as data
 for read in (artifact.load, read_manifest, data.read_manifest, reader.load_shard_tokenizer, ShardDir):
     try:  # the remote code paths too: they once went through Beam's filesystems
         read("s3://bucket/x")

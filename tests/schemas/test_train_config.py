@@ -81,7 +81,10 @@ def _build(**over):
             r"model\.latent_dim=60 must split into an even head size over 4 heads; e\.g\. model\.latent_dim=64",
         ),
         ({"model": {"pooling": "max"}}, r"model\.pooling: got 'max', expected one of mean, eop"),
-        ({"model": 3}, r"model: got 3 \(an integer\), expected a mapping; e\.g\. model\.latent_layers=4"),
+        (
+            {"model": 3},
+            r"model: got 3 \(an integer\), expected a mapping of model settings; e\.g\. model\.latent_layers=4",
+        ),
         ({"model_size": "huge"}, r"model_size: got 'huge', expected one of tiny, small, medium"),
         (
             {"data": {"train": "x", "shufle": False}},

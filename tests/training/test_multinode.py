@@ -91,6 +91,7 @@ def two_node_run(sample_shards, tmp_path_factory):
     root = tmp_path_factory.mktemp("multinode")
     folder = root / "run"
     nodes = ["--nproc", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
+    nodes += ["--rendezvous-timeout", "600"]  # a loaded CI machine starts the two nodes seconds apart
     args = [*_common(sample_shards, folder), *nodes]
     node0 = _train([*args, "--node-rank", "0"], tmpdir=root / "tmp0")
     node1 = _train([*args, "--node-rank", "1"], tmpdir=root / "tmp1")

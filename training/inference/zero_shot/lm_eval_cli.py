@@ -15,6 +15,8 @@ from __future__ import annotations
 def main() -> None:
     from lm_eval.__main__ import cli_evaluate
 
+    import hbpe.training.inference.zero_shot.lm_eval_adapter  # noqa: F401  (registers the "hbpe" model)
+
     cli_evaluate()
 
 
