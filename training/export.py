@@ -41,6 +41,7 @@ import torch
 from hbpe.pipeline import storage
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.train_config import ModelConfig
+from hbpe.training.hf_export import HF_FILES
 from hbpe.training.model import PatchLM, VocabSpec, build_model
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,8 @@ MODEL_FILE = "hbpe_model.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_DIR = "tokenizer"
 ENTROPY_DIR = "entropy_model"  # io=entropy: its entropy model, an export itself (entropy_files.py)
-_OURS = (MODEL_FILE, WEIGHTS_FILE, TOKENIZER_DIR, ENTROPY_DIR)
+_OURS = (MODEL_FILE, WEIGHTS_FILE, TOKENIZER_DIR, ENTROPY_DIR, *HF_FILES)  # HF_FILES: --format hf (hf_export.py)
+FORMATS = ("hbpe", "hf")  # hf: the same folder plus the files transformers loads (hf_export.py)
 
 
 def tied_weights(model: torch.nn.Module) -> dict[str, str]:
@@ -141,9 +143,9 @@ def write_file_atomic(path: Path, write: Callable[[str], None]) -> None:
             os.unlink(tmp)
 
 
-def export_model(checkpoint: str, out: str, *, overwrite: bool = False) -> dict[str, Any]:
+def export_model(checkpoint: str, out: str, *, overwrite: bool = False, format: str = "hbpe") -> dict[str, Any]:
     """Any checkpoint `load_model` reads (local or in a bucket) -> a self-contained model directory `out`
-    (local, or a bucket prefix); returns a summary."""
+    (local, or a bucket prefix); returns a summary. `format="hf"`: transformers loads it too (hf_export.py)."""
     from hbpe.training.checkpoint import load_model
 
     t0 = time.perf_counter()
@@ -152,16 +154,22 @@ def export_model(checkpoint: str, out: str, *, overwrite: bool = False) -> dict[
         _check_remote_out(out, overwrite=overwrite)
     else:
         _check_out(Path(out), overwrite=overwrite)
+    if format not in FORMATS:
+        raise ConfigError(f"--format {format}: not an export format; use one of {', '.join(FORMATS)}")
     model, tok, meta = load_model(checkpoint)
+    if format == "hf":
+        from hbpe.training.hf_export import check_hf_exportable
+
+        check_hf_exportable(model.cfg)
     where = checkpoint if storage.is_remote(checkpoint) else str(Path(checkpoint).resolve())
     source = meta.get("source") or {"checkpoint": where}
     if not remote_out:
-        summary = write_export(model, tok, out, source=source, overwrite=overwrite)
+        summary = write_export(model, tok, out, source=source, overwrite=overwrite, hf=format == "hf")
     else:
         with tempfile.TemporaryDirectory(prefix="hbpe-export-") as tmp:
-            summary = {**write_export(model, tok, tmp, source=source), "out": out}
+            summary = {**write_export(model, tok, tmp, source=source, hf=format == "hf"), "out": out}
             upload_export(tmp, out)
-    return {"checkpoint": checkpoint, **summary, "seconds": round(time.perf_counter() - t0, 3)}
+    return {"checkpoint": checkpoint, **summary, "format": format, "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def _check_remote_out(out: str, *, overwrite: bool) -> None:
@@ -183,13 +191,16 @@ def upload_export(local: str, out: str) -> None:
     storage.write_bytes(storage.join(out, MODEL_FILE), text)
 
 
-def write_export(model: PatchLM, tok: Any, out: str, *, source: dict[str, Any], overwrite: bool = False) -> dict:
+def write_export(
+    model: PatchLM, tok: Any, out: str, *, source: dict[str, Any], overwrite: bool = False, hf: bool = False
+) -> dict:
     """A built model and its tokenizer -> the export directory `out` (weights, then tokenizer, an io=entropy
-    model's entropy model, then the description)."""
+    model's entropy model, `hf`: transformers' files (hf_export.py), then the description)."""
     from safetensors.torch import save_file
 
     from hbpe.pipeline.tokenizer import artifact
     from hbpe.training.entropy_files import copy_entropy_model, entropy_of
+    from hbpe.training.hf_export import remove_hf_files, write_hf_files
     from hbpe.training.load_checks import tokenizer_shape
 
     dest = Path(out)
@@ -198,7 +209,10 @@ def write_export(model: PatchLM, tok: Any, out: str, *, source: dict[str, Any], 
     entropy = entropy_of(model.cfg) if model.cfg.io == "entropy" else None  # before `dest` changes
     dest.mkdir(parents=True, exist_ok=True)
     (dest / MODEL_FILE).unlink(missing_ok=True)  # an interrupted overwrite leaves no complete-looking export
-    write_file_atomic(dest / WEIGHTS_FILE, lambda p: save_file(weights, p, metadata={"format": EXPORT_FORMAT}))
+    remove_hf_files(dest)  # an earlier --format hf export's: rewritten below when hf
+    # transformers refuses a safetensors file whose format is not "pt"; hbpe reads either (by sha256)
+    weights_format = "pt" if hf else EXPORT_FORMAT
+    write_file_atomic(dest / WEIGHTS_FILE, lambda p: save_file(weights, p, metadata={"format": weights_format}))
     if (dest / TOKENIZER_DIR).exists():
         shutil.rmtree(dest / TOKENIZER_DIR)
     artifact.save(tok, dest / TOKENIZER_DIR)
@@ -207,6 +221,8 @@ def write_export(model: PatchLM, tok: Any, out: str, *, source: dict[str, Any], 
         shutil.rmtree(dest / ENTROPY_DIR)  # an earlier export's (--overwrite checked the folder holds only ours)
     if entropy is not None:  # self-contained: the model that cuts its patches comes along, fingerprinted
         cfg = copy_entropy_model(cfg, entropy, str(dest / ENTROPY_DIR))
+    if hf:
+        write_hf_files(dest, cfg, tok)
     info = {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
