@@ -344,10 +344,10 @@ def follow_pointer(pointer: str) -> str | None:
 
 def _hbpe_written(p: Path) -> set[str]:
     """The names hbpe (or Composer) writes inside a folder clear_previous_run deletes whole."""
-    from hbpe.schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAME
+    from hbpe.schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAMES
 
     if p.name == TOKENIZER_DIR:
-        return {SPEC_FILENAME, RANK_FILENAME}  # what artifact.save writes into a run's tokenizer/
+        return {*SPEC_FILENAMES, RANK_FILENAME}  # what artifact.save writes (wrote) into a run's tokenizer/
     return {c.name for c in p.iterdir() if _DCP_FILE.fullmatch(c.name) and c.is_file()}  # a sharded checkpoint
 
 

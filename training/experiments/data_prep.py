@@ -1,7 +1,7 @@
 """An experiment's data: the held-out split, one tokenizer and one pair of shard sets per first stage.
 
 Everything lands under OUT/data and is reused by a rerun (a finished conversion has its
-COMPLETED marker; a tokenizer directory its tokenizer.json), so only the first run of an
+COMPLETED marker; a tokenizer directory its spec file), so only the first run of an
 experiment pays for it, as long as the inputs are the same bytes: OUT/data/inputs.json keeps
 the key of the corpora and of each first stage's rank file (inputs.py), and what was made from
 inputs that changed since is made again. Each first stage is converted once at the experiment's
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from hbpe.pipeline import storage
 from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.tokenizer_artifact import SPEC_FILENAMES
 from hbpe.training.experiments.inputs import combine, content_key, file_key
 from hbpe.training.experiments.shared_data import resolve_shared
 from hbpe.training.experiments.spec import ExperimentSpec, FirstStageSpec
@@ -111,7 +112,7 @@ def prepare(
     for key in used:
         folder = out / "data" / key
         tok_dir = folder / "tokenizer"
-        if not (tok_dir / "tokenizer.json").is_file():
+        if not any((tok_dir / name).is_file() for name in SPEC_FILENAMES):  # also one written before issue 19
             log.info("first stage %s: training the tokenizer (S=%d)", key, spec.max_patch_size)
             folder.mkdir(parents=True, exist_ok=True)
             tok = first_stage_tokenizer(
