@@ -6,6 +6,7 @@ import json
 import math
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -125,3 +126,60 @@ def test_plain_export_over_an_hf_export_leaves_no_hf_files(hf_dir, tiny_run, tmp
     assert sorted(p.name for p in out.iterdir()) == ["hbpe_model.json", "model.safetensors", "tokenizer"]
     export_model(str(tiny_run), str(out), overwrite=True, format="hf")  # and back
     assert (out / "config.json").is_file()
+
+
+def _readme_example() -> str:
+    from tests.conftest import REPO
+
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("### Hugging Face") :]
+    return section[section.index("```python\n") + 10 : section.index("```\n", section.index("```python"))]
+
+
+def test_readme_example_runs_and_round_trips_through_save_pretrained(hf_dir, tmp_path):
+    from hbpe.pipeline.tokenizer import artifact
+
+    env = {"DIR": str(hf_dir), "SAVED": str(tmp_path / "saved")}
+    exec(compile(_readme_example(), "README.md", "exec"), env)  # the README's code, as written
+    tok, out = env["tok"], env["out"]
+    assert tok.decode(env["ids"]) == env["text"] == tok.decode_patches(env["patches"][0])
+    hbpe_tok = artifact.load(hf_dir / "tokenizer")
+    assert env["ids"] == hbpe_tok.encode(env["text"]).tolist()
+    assert 0.5 < env["bpb"] < 8.0
+    # save_pretrained -> from_pretrained: the same classes, the same numbers
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "saved", trust_remote_code=True).eval()
+    tok2 = transformers.AutoTokenizer.from_pretrained(tmp_path / "saved", trust_remote_code=True)
+    with torch.inference_mode():
+        torch.testing.assert_close(again(patches=env["patches"]).logits, out.logits, rtol=0, atol=0)
+    assert torch.equal(tok2.patches([env["text"]]), env["patches"])
+    assert artifact.load(tmp_path / "saved" / "tokenizer").fingerprint == hbpe_tok.fingerprint  # hbpe reads it too
+
+
+def test_hf_tokenizer_gives_hbpe_ids_and_patches_on_the_sample(hf_dir, sample_texts):
+    from hbpe.pipeline.tokenizer import artifact
+
+    hbpe_tok = artifact.load(hf_dir / "tokenizer")
+    tok = transformers.AutoTokenizer.from_pretrained(hf_dir, trust_remote_code=True)
+    texts = [t[:2000] for t in sample_texts[:8]] + ["naïve café 日本語 <|endoftext|> \n\n  x"]
+    batch = tok.patches(texts)  # (B, T, S), rows padded with all-PAD patches
+    for i, text in enumerate(texts):
+        ids, patches = hbpe_tok.encode_patches(text)
+        assert tok(text)["input_ids"] == ids.tolist()  # special tokens stay text, as in hbpe's encode_ordinary
+        assert np.array_equal(batch[i, : len(ids)].numpy(), patches)
+        assert (batch[i, len(ids) :] == 257).all()
+        assert tok.decode(ids.tolist()) == text == tok.decode_patches(batch[i])
+        assert tok.nbytes(ids.tolist()) == hbpe_tok.nbytes(ids) == len(text.encode())
+
+
+def test_an_export_with_an_old_style_tokenizer_json_still_loads(hf_dir, tmp_path):
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(hf_dir, old)
+    (old / "tokenizer" / "hbpe_tokenizer.json").rename(old / "tokenizer" / "tokenizer.json")
+    tok = transformers.AutoTokenizer.from_pretrained(old, trust_remote_code=True)
+    new = transformers.AutoTokenizer.from_pretrained(hf_dir, trust_remote_code=True)
+    assert tok.fingerprint == new.fingerprint and torch.equal(tok.patches(["a b c"]), new.patches(["a b c"]))
+    from hbpe.training.checkpoint import load_model
+
+    assert load_model(str(old))[1].fingerprint == tok.fingerprint  # and hbpe eval/generate read it
