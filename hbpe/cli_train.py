@@ -346,8 +346,17 @@ def generate_cmd(
 @click.option("--checkpoint", required=True, help=_CHECKPOINT_HELP)
 @click.option("--out", required=True, help="The model directory to write.")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier export in --out (nothing else).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["hbpe", "hf"]),
+    default="hbpe",
+    show_default=True,
+    help="hf: the same folder plus config.json, model and tokenizer classes that transformers loads "
+    "(AutoModelForCausalLM / AutoTokenizer with trust_remote_code=True; hierarchical models).",
+)
 @json_option()
-def export_cmd(checkpoint: str, out: str, overwrite: bool, as_json: bool) -> None:
+def export_cmd(checkpoint: str, out: str, overwrite: bool, fmt: str, as_json: bool) -> None:
     """A self-contained model directory (safetensors weights, model config, tokenizer) that eval and generate load.
 
     Loads without Composer state and without unpickling; tied weights are stored once and tied again on load.
@@ -355,11 +364,12 @@ def export_cmd(checkpoint: str, out: str, overwrite: bool, as_json: bool) -> Non
     \b
     Example:
       hbpe export --checkpoint runs/demo/train --out /tmp/model
+      hbpe export --checkpoint runs/demo/train --out /tmp/model-hf --format hf
     """
     from hbpe.training import export_model
 
     check_local_paths("--checkpoint", checkpoint)
-    _emit(export_model(checkpoint, out, overwrite=overwrite), as_json, _render_export)
+    _emit(export_model(checkpoint, out, overwrite=overwrite, format=fmt), as_json, _render_export)
 
 
 def _render_export(r: dict[str, Any]) -> str:

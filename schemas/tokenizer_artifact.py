@@ -1,7 +1,8 @@
 """The tokenizer artifact: one self-contained directory that loads offline anywhere.
 
 Layout:
-    DIR/tokenizer.json        this spec (format, version, both stages, fingerprint)
+    DIR/hbpe_tokenizer.json   this spec (format, version, both stages, fingerprint); artifacts written
+                              before issue 19 name it tokenizer.json, which is still read
     DIR/first_stage.tiktoken  the first-stage rank file ("base64(token) rank" per line)
 
 The fingerprint is the sha256 of the canonical JSON of everything except the
@@ -21,7 +22,11 @@ from hbpe.schemas.names import is_plain_file_name
 
 FORMAT_NAME = "hbpe-tokenizer"
 SCHEMA_VERSION = 1
-SPEC_FILENAME = "tokenizer.json"
+SPEC_FILENAME = "hbpe_tokenizer.json"
+# the spec's name before issue 19: Hugging Face's tokenizer.json is another format (tokenizers.Tokenizer.from_file
+# failed on ours inside an export); read, never written. The fingerprint hashes content, not the name.
+LEGACY_SPEC_FILENAME = "tokenizer.json"
+SPEC_FILENAMES = (SPEC_FILENAME, LEGACY_SPEC_FILENAME)  # the order a reader tries them in
 RANK_FILENAME = "first_stage.tiktoken"
 MODES = ("full", "minimal")
 # S is bounded by the uint8 patch lengths of the [n_vocab, S] table; V' by the uint16 `patches` shard column
@@ -239,7 +244,7 @@ class TokenizerSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, source: str = "tokenizer.json") -> TokenizerSpec:
+    def from_dict(cls, d: dict[str, Any], *, source: str = SPEC_FILENAME) -> TokenizerSpec:
         if not isinstance(d, dict):
             raise ArtifactError(f"{source}: expected a JSON object, got {type(d).__name__}; {_FIX}")
         if d.get("format") != FORMAT_NAME:
@@ -255,8 +260,8 @@ class TokenizerSpec:
             )
         try:
             spec = cls(
-                first_stage=FirstStageSpec.from_dict(_key(d, "tokenizer.json", "first_stage")),
-                second_stage=SecondStageSpec.from_dict(_key(d, "tokenizer.json", "second_stage")),
+                first_stage=FirstStageSpec.from_dict(_key(d, SPEC_FILENAME, "first_stage")),
+                second_stage=SecondStageSpec.from_dict(_key(d, SPEC_FILENAME, "second_stage")),
                 hbpe_version=str(d.get("hbpe_version", "")),
             )
         except ArtifactError as e:  # one line: which file, what is wrong, the fix

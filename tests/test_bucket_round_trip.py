@@ -68,7 +68,7 @@ def test_convert_train_eval_generate_through_a_bucket(object_store, gpt2_tokeniz
     )
     stored = object_store.list(run)
     checkpoint = f"ep0-ba{BATCHES}-rank0.pt"
-    assert {"hbpe_run.json", "tokenizer/tokenizer.json", checkpoint} <= set(stored), stored
+    assert {"hbpe_run.json", "tokenizer/hbpe_tokenizer.json", checkpoint} <= set(stored), stored
     assert not [p.name for p in work.rglob("*") if p.name in ("s3:", "gs:")]
 
     remote_eval = _json("eval", "--checkpoint", f"{run}/{checkpoint}", "--data", f"{bucket}/shards/eval")

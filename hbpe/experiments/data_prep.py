@@ -1,7 +1,7 @@
 """An experiment's data: the held-out split, one tokenizer and one pair of shard sets per first stage.
 
 Everything lands under OUT/data and is reused by a rerun (a finished conversion has its
-COMPLETED marker; a tokenizer directory its tokenizer.json), so only the first run of an
+COMPLETED marker; a tokenizer directory its spec file), so only the first run of an
 experiment pays for it, as long as the inputs are the same bytes: OUT/data/inputs.json keeps
 the key of the corpora and of each first stage's rank file (inputs.py), and what was made from
 inputs that changed since is made again. Each first stage is converted once at the experiment's
@@ -26,6 +26,7 @@ from hbpe.pipeline.tokenizer.first_stage_train import count_pretokens, train_fir
 from hbpe.pipeline.tokenizer.stats import read_texts
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.tokenizer_artifact import SPEC_FILENAMES
 
 log = logging.getLogger(__name__)
 INPUTS_FILE = "inputs.json"
@@ -108,7 +109,7 @@ def prepare(
     for key in used:
         folder = out / "data" / key
         tok_dir = folder / "tokenizer"
-        if not (tok_dir / "tokenizer.json").is_file():
+        if not any((tok_dir / name).is_file() for name in SPEC_FILENAMES):  # also one written before issue 19
             log.info("first stage %s: training the tokenizer (S=%d)", key, spec.max_patch_size)
             folder.mkdir(parents=True, exist_ok=True)
             tok = first_stage_tokenizer(

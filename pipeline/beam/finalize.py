@@ -26,7 +26,7 @@ from hbpe.schemas import shard_columns
 from hbpe.schemas.canonical import pretty_json
 from hbpe.schemas.errors import HbpeError
 from hbpe.schemas.manifest import Counts, Manifest, derived_statistics
-from hbpe.schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAME, TokenizerSpec
+from hbpe.schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAME, SPEC_FILENAMES, TokenizerSpec
 
 STAGING_DIRNAME = ".hbpe-staging"
 # what a conversion writes at the top of its output; ".tmp-<hex>" is a write_atomic in flight
@@ -141,8 +141,12 @@ def finalize_output(
     fs.write_atomic(fs.join(ctx.output, shard_columns.REJECTS_DIRNAME, "rejects.jsonl"), rejects)
     # 4. a copy of the tokenizer, so the shards are self-describing
     # (object to object: a local copy in between was a /tmp/hbpe-* folder left behind by every remote conversion)
-    for name in (SPEC_FILENAME, RANK_FILENAME):
-        data = fs.read_bytes(fs.join(ctx.staging, "tokenizer", name))
+    # the spec under its current name, also when the input tokenizer (copied as it was) is an older one's
+    # tokenizer.json: the same bytes, the same fingerprint
+    staged = fs.join(ctx.staging, "tokenizer")
+    spec_name = next((n for n in SPEC_FILENAMES if fs.size(fs.join(staged, n)) is not None), SPEC_FILENAME)
+    for src, name in ((spec_name, SPEC_FILENAME), (RANK_FILENAME, RANK_FILENAME)):
+        data = fs.read_bytes(fs.join(staged, src))
         fs.write_atomic(fs.join(ctx.output, shard_columns.TOKENIZER_DIRNAME, name), data)
     manifest = Manifest(
         hbpe_version=hbpe.__version__,

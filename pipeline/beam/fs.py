@@ -18,7 +18,7 @@ from pathlib import Path
 from hbpe.pipeline import storage
 from hbpe.pipeline.beam.stores import filesystems, write_empty
 from hbpe.pipeline.tokenizer import artifact
-from hbpe.schemas.tokenizer_artifact import SPEC_FILENAME
+from hbpe.schemas.tokenizer_artifact import SPEC_FILENAME, SPEC_FILENAMES
 
 
 def _beam_fs():
@@ -217,7 +217,9 @@ def load_tokenizer(path: str):
     if not is_remote(path):
         return artifact.load(path)
     with tempfile.TemporaryDirectory(prefix="hbpe-tokenizer-") as local:
-        Path(local, SPEC_FILENAME).write_bytes(read_bytes(join(path, SPEC_FILENAME)))
+        # a tokenizer written before issue 19 names its spec tokenizer.json
+        name = next((n for n in SPEC_FILENAMES if size(join(path, n)) is not None), SPEC_FILENAME)
+        Path(local, name).write_bytes(read_bytes(join(path, name)))
         rank_file = artifact.load_spec(local).first_stage.rank_file  # a plain name inside the directory
         Path(local, rank_file).write_bytes(read_bytes(join(path, rank_file)))
         return artifact.load(local)

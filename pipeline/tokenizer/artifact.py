@@ -2,7 +2,8 @@
 
 Saving writes into a temporary sibling directory and renames it into place, so a
 crash never leaves a half-written artifact. Loading needs no network: the rank
-file is inside the directory and its sha256 is checked against tokenizer.json.
+file is inside the directory and its sha256 is checked against hbpe_tokenizer.json (tokenizer.json in
+artifacts written before issue 19, still read).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from hbpe.schemas.errors import ArtifactError, HbpeError
 from hbpe.schemas.tokenizer_artifact import (
     RANK_FILENAME,
     SPEC_FILENAME,
+    SPEC_FILENAMES,
     FirstStageSpec,
     SecondStageSpec,
     TokenizerSpec,
@@ -79,8 +81,8 @@ def save(tok: HierarchicalTokenizer, out_dir: str | os.PathLike, *, overwrite: b
     """Write the artifact directory atomically: built in a sibling temp dir, then renamed into place.
 
     An existing non-empty `out_dir` is replaced only with `overwrite=True`, and only when it is a
-    tokenizer directory (tokenizer.json and the rank file it names): a folder holding anything
-    else is refused, never deleted, so `--out .` or `--out ~/data` cannot wipe the user's files.
+    tokenizer directory (hbpe_tokenizer.json, or an older tokenizer.json, and the rank file it names): a
+    folder holding anything else is refused, never deleted, so `--out .` or `--out ~/data` cannot wipe the user's files.
     A URI (s3://, gs://, ...) is built locally and uploaded: see `_save_remote`.
     """
     if storage.is_remote(out_dir):
@@ -130,7 +132,7 @@ def _refuse_unless_replaceable(
         listed = ", ".join(foreign[:5]) + (f" ... ({len(foreign)} in all)" if len(foreign) > 5 else "")
         raise ArtifactError(
             f"{out_dir} holds files hbpe did not write: {listed}; overwriting only replaces a tokenizer directory "
-            "(tokenizer.json and its rank file): choose a new or empty directory, or move those files away"
+            "(hbpe_tokenizer.json and its rank file): choose a new or empty directory, or move those files away"
         )
     if names and not overwrite:
         raise ArtifactError(f"{out_dir} already holds a tokenizer; pass --overwrite to replace it")
@@ -140,19 +142,20 @@ def _check_remote_out(uri: str, *, overwrite: bool, timeout: float | None) -> No
     """A bucket prefix may take the tokenizer: the bucket exists, and the prefix is empty or a tokenizer."""
     storage.check_bucket(uri, timeout=timeout)
     names = storage.list_dir(uri, timeout=timeout)
-    artifact_names = {SPEC_FILENAME, RANK_FILENAME}
-    if SPEC_FILENAME in names:  # the rank file an earlier tokenizer.json names is one of its files too
-        spec = storage.read_if_exists(storage.join(uri, SPEC_FILENAME), timeout=timeout)
-        artifact_names |= _names_in_spec(spec or b"")
+    artifact_names = {*SPEC_FILENAMES, RANK_FILENAME}
+    for name in SPEC_FILENAMES:  # the rank file an earlier spec names is one of its files too
+        if name in names:
+            spec = storage.read_if_exists(storage.join(uri, name), timeout=timeout)
+            artifact_names |= _names_in_spec(spec or b"")
     _refuse_unless_replaceable(uri, names, artifact_names, overwrite=overwrite)
 
 
 def _save_remote(tok: HierarchicalTokenizer, uri: str, *, overwrite: bool) -> str:
     """Build the artifact in a local temporary directory, then upload it under the prefix `uri`.
 
-    An object store has no rename, so the rank file goes first and tokenizer.json last: a prefix
-    holding tokenizer.json holds a whole artifact. `overwrite` replaces the objects of the same
-    names (while the rank file is replaced, a reader of the old tokenizer.json sees a hash mismatch,
+    An object store has no rename, so the rank file goes first and hbpe_tokenizer.json last: a prefix
+    holding hbpe_tokenizer.json holds a whole artifact. `overwrite` replaces the objects of the same
+    names (while the rank file is replaced, a reader of the old hbpe_tokenizer.json sees a hash mismatch,
     an error, never a wrong tokenizer).
     """
     _check_remote_out(uri, overwrite=overwrite, timeout=None)
@@ -164,33 +167,42 @@ def _save_remote(tok: HierarchicalTokenizer, uri: str, *, overwrite: bool) -> st
 
 
 def _artifact_names(path: Path) -> set[str]:
-    """The names an hbpe tokenizer directory holds: tokenizer.json and the rank file it names."""
+    """The names an hbpe tokenizer directory holds: its spec file (either name) and the rank file it names."""
     try:
-        spec = (path / SPEC_FILENAME).read_bytes()
+        spec = spec_path(path).read_bytes()
     except OSError:
         spec = b""
-    return {SPEC_FILENAME, RANK_FILENAME} | _names_in_spec(spec)
+    return {*SPEC_FILENAMES, RANK_FILENAME} | _names_in_spec(spec)
 
 
 def _names_in_spec(spec: bytes) -> set[str]:
-    """The rank file a tokenizer.json names ({} when it is unreadable: the default rank file name only)."""
+    """The rank file a spec file names ({} when it is unreadable: the default rank file name only)."""
     with contextlib.suppress(ValueError, KeyError, TypeError):
         name = json.loads(spec)["first_stage"]["rank_file"]
         return {name} if isinstance(name, str) else set()
     return set()
 
 
+def spec_path(path: str | os.PathLike) -> Path:
+    """The spec file of a tokenizer directory: hbpe_tokenizer.json, or tokenizer.json in one written before issue
+    19 (both read alike; a missing one is named by its current name)."""
+    for name in SPEC_FILENAMES:
+        if (Path(path) / name).is_file():
+            return Path(path) / name
+    return Path(path) / SPEC_FILENAME
+
+
 def load_spec(path: str | os.PathLike) -> TokenizerSpec:
-    spec_path = Path(path) / SPEC_FILENAME
-    if not spec_path.is_file():
+    spec_file = spec_path(path)
+    if not spec_file.is_file():
         raise ArtifactError(
-            f"{spec_path} not found: {path} is not a tokenizer directory (create one with `hbpe tokenizer train`)"
+            f"{spec_file} not found: {path} is not a tokenizer directory (create one with `hbpe tokenizer train`)"
         )
     try:
-        raw = json.loads(spec_path.read_text())
+        raw = json.loads(spec_file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{spec_path}: not valid JSON ({e}); restore or retrain the tokenizer") from e
-    return TokenizerSpec.from_dict(raw, source=str(spec_path))
+        raise ArtifactError(f"{spec_file}: not valid JSON ({e}); restore or retrain the tokenizer") from e
+    return TokenizerSpec.from_dict(raw, source=str(spec_file))
 
 
 def load(path: str | os.PathLike) -> HierarchicalTokenizer:
@@ -201,14 +213,14 @@ def load(path: str | os.PathLike) -> HierarchicalTokenizer:
 
 
 def fetch(uri: str, into: str | os.PathLike) -> str:
-    """The artifact's files at `uri` (tokenizer.json and the rank file it names) downloaded into `into`.
+    """The artifact's files at `uri` (its spec file and the rank file it names) downloaded into `into`.
 
     Names missing remotely are left out, for `load`'s checks to name; errors name the URI, not the copy.
     """
     local = str(into)
     try:
-        storage.localize_dir(uri, [SPEC_FILENAME], into=local)
-        # the rank file's name is in tokenizer.json
+        storage.localize_dir(uri, list(SPEC_FILENAMES), into=local)  # an older artifact's name too
+        # the rank file's name is in the spec
         storage.localize_dir(uri, [load_spec(local).first_stage.rank_file], into=local)
     except ArtifactError as e:
         raise ArtifactError(str(e).replace(local, uri.rstrip("/"))) from e
@@ -234,24 +246,24 @@ def _load_local(path: str | os.PathLike) -> HierarchicalTokenizer:
     data = rank_path.read_bytes()
     if sha256_hex(data) != fs.rank_file_sha256:
         raise ArtifactError(
-            f"{rank_path} was altered: its sha256 {sha256_hex(data)[:16]}... differs from tokenizer.json's "
+            f"{rank_path} was altered: its sha256 {sha256_hex(data)[:16]}... differs from its spec's "
             f"{fs.rank_file_sha256[:16]}...; restore the original file or retrain"
         )
     ranks = first_stage.parse_rank_file(data, source=str(rank_path))
-    spec_path = Path(path) / SPEC_FILENAME
+    spec_file = spec_path(path)
     fix = "restore the tokenizer directory from its source or retrain it with `hbpe tokenizer train`"
     clash = sorted(set(fs.special_tokens.values()) & set(ranks.values()))
     if clash:
-        raise ArtifactError(f"{spec_path}: special token ids {clash[:3]} are also ranks of {rank_path.name}; {fix}")
+        raise ArtifactError(f"{spec_file}: special token ids {clash[:3]} are also ranks of {rank_path.name}; {fix}")
     try:
         enc = tiktoken.Encoding(
             name=fs.name, pat_str=fs.pattern, mergeable_ranks=ranks, special_tokens=fs.special_tokens
         )
     except ValueError as e:  # the split pattern does not compile (tiktoken's regex engine says where)
-        raise ArtifactError(f"{spec_path}: first_stage.pattern is not a valid split pattern ({e}); {fix}") from None
+        raise ArtifactError(f"{spec_file}: first_stage.pattern is not a valid split pattern ({e}); {fix}") from None
     if enc.n_vocab != fs.n_vocab:
         raise ArtifactError(
-            f"{spec_path}: first_stage.n_vocab is {fs.n_vocab}, but {rank_path.name} and the special tokens give "
+            f"{spec_file}: first_stage.n_vocab is {fs.n_vocab}, but {rank_path.name} and the special tokens give "
             f"{enc.n_vocab}; {fix}"
         )
     try:
@@ -259,4 +271,4 @@ def _load_local(path: str | os.PathLike) -> HierarchicalTokenizer:
     except ArtifactError:
         raise
     except HbpeError as e:  # e.g. merges learned for a larger S than the spec now says
-        raise ArtifactError(f"{spec_path}: the second stage does not fit this first stage ({e}); {fix}") from None
+        raise ArtifactError(f"{spec_file}: the second stage does not fit this first stage ({e}); {fix}") from None

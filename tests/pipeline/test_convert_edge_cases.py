@@ -60,12 +60,12 @@ def test_overwrite_refuses_a_directory_with_the_users_files(tmp_path, gpt2_token
     out = tmp_path / "tok"
     before = user_files(out)
     artifact.save(gpt2_tokenizer, tmp_path / "scratch")  # a real artifact next to them changes nothing
-    shutil.copy(tmp_path / "scratch" / "tokenizer.json", out / "tokenizer.json")
+    shutil.copy(tmp_path / "scratch" / "hbpe_tokenizer.json", out / "hbpe_tokenizer.json")
     with pytest.raises(
         ArtifactError, match=r"tok holds files hbpe did not write: README.md, corpus.jsonl, sub; overwriting only"
     ):
         artifact.save(gpt2_tokenizer, out, overwrite=True)
-    assert {k: v for k, v in dir_bytes(out).items() if k != "tokenizer.json"} == before
+    assert {k: v for k, v in dir_bytes(out).items() if k != "hbpe_tokenizer.json"} == before
 
 
 def test_overwrite_replaces_a_tokenizer_directory_and_the_message_names_the_cli_flag(tmp_path, gpt2_tokenizer):

@@ -55,7 +55,7 @@ def test_failed_overwrite_leaves_the_previous_output_intact(tmp_path, gpt2_token
 
     def break_the_workers_tokenizer(units) -> None:
         # the workers load the tokenizer copy in the build's staging folder: a real failure inside a worker
-        (spec,) = out.glob(".hbpe-new-*/.hbpe-staging/tokenizer/tokenizer.json")
+        (spec,) = out.glob(".hbpe-new-*/.hbpe-staging/tokenizer/hbpe_tokenizer.json")
         spec.write_text("{not json")
 
     cfg = ConvertConfig(inputs=(str(SAMPLE_EN),), output=str(out), tokenizer=str(gpt2_tokenizer_dir), seq_len=128)
@@ -136,7 +136,7 @@ def test_failed_fresh_run_leaves_no_output_folder(tmp_path, gpt2_tokenizer_dir):
             cfg,
             IN_MEMORY,
             progress=False,
-            on_start=lambda units: (out / ".hbpe-staging" / "tokenizer" / "tokenizer.json").write_text("{"),
+            on_start=lambda units: (out / ".hbpe-staging" / "tokenizer" / "hbpe_tokenizer.json").write_text("{"),
         )
     assert not out.exists()
 
@@ -406,7 +406,7 @@ def test_object_store_output_fresh_refused_failed_and_replaced(tmp_path, gpt2_to
         convert(gpt2_tokenizer_dir, [SAMPLE_ZH], out)
 
     def break_the_workers_tokenizer(units) -> None:
-        (spec,) = (root / "out").glob(".hbpe-new-*/.hbpe-staging/tokenizer/tokenizer.json")
+        (spec,) = (root / "out").glob(".hbpe-new-*/.hbpe-staging/tokenizer/hbpe_tokenizer.json")
         spec.write_text("{")
 
     cfg = ConvertConfig(inputs=(str(SAMPLE_EN),), output=out, tokenizer=str(gpt2_tokenizer_dir), seq_len=128)

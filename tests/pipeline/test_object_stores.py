@@ -228,7 +228,7 @@ def test_tokenizer_info_and_encode_from_a_bucket(object_store, bucket_data, gpt2
         remote = hbpe_cli("tokenizer", *cmd, "--tokenizer", bucket_data["tok"])
         assert remote == hbpe_cli("tokenizer", *cmd, "--tokenizer", str(gpt2_tokenizer_dir))
     out = hbpe_cli("tokenizer", "info", "--tokenizer", bucket_data["tok"] + "-none", code=2)
-    assert f"error: {bucket_data['tok']}-none/tokenizer.json not found" in out
+    assert f"error: {bucket_data['tok']}-none/hbpe_tokenizer.json not found" in out
 
 
 # ---- stores that cannot be used: one clear error, in seconds -------------------------------------

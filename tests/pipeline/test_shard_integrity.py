@@ -216,7 +216,7 @@ def test_verify_checks_the_tokenizer_fingerprint(train_copy):
         and "!= manifest 000000000000" in p
         for p in problems
     )
-    (train_copy / "tokenizer" / "tokenizer.json").write_text("{}")
+    (train_copy / "tokenizer" / "hbpe_tokenizer.json").write_text("{}")
     assert any(p.startswith("tokenizer/ cannot be used") for p in verify(ShardDir(train_copy)))
 
 

@@ -140,7 +140,7 @@ def test_tokenizer_loads_from_a_bucket_and_errors_name_the_uri(s3, gpt2_tokenize
     s3.delete("tok/first_stage.tiktoken")
     with pytest.raises(ArtifactError, match=rf"^{tok}/first_stage.tiktoken is missing"):
         artifact.load(tok)
-    with pytest.raises(ArtifactError, match=rf"^{s3.uri}/none/tokenizer.json not found: {s3.uri}/none is not a"):
+    with pytest.raises(ArtifactError, match=rf"^{s3.uri}/none/hbpe_tokenizer.json not found: {s3.uri}/none is not a"):
         artifact.load(f"{s3.uri}/none")
 
 
@@ -191,7 +191,9 @@ def test_unreachable_store_is_one_quick_artifact_error(monkeypatch):
     t = time.perf_counter()
     with pytest.raises(ArtifactError, match=r"^cannot read s3://bucket/x \(EndpointConnectionError: .*credentials"):
         storage.read_bytes("s3://bucket/x", timeout=10)
-    with pytest.raises(ArtifactError, match=r"^cannot read s3://bucket/tok/tokenizer.json \(EndpointConnectionError"):
+    with pytest.raises(
+        ArtifactError, match=r"^cannot read s3://bucket/tok/hbpe_tokenizer.json \(EndpointConnectionError"
+    ):
         artifact.load("s3://bucket/tok")
     with pytest.raises(ArtifactError, match=r"^cannot read s3://bucket/shards/COMPLETED \(EndpointConnectionError"):
         read_manifest("s3://bucket/shards")

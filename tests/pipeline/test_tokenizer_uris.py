@@ -38,7 +38,7 @@ def test_train_out_uri_uploads_the_artifact_and_refuses_a_second_without_overwri
     assert rc == 0, output
     assert f"-> {out}" in output
     assert os.listdir(in_tmp) == []  # nothing local (was ./s3:/BUCKET/tok)
-    assert object_store.list(out) == ["first_stage.tiktoken", "tokenizer.json"]
+    assert object_store.list(out) == ["first_stage.tiktoken", "hbpe_tokenizer.json"]
     assert artifact.load(out).max_patch_size == 8
 
     rc, output = _hbpe("tokenizer", "train", "--encoding", "gpt2", "-S", "6", "--out", out)

@@ -20,7 +20,7 @@ def test_save_load_round_trip(artifact_dir, gpt2_tokenizer):
     assert loaded.fingerprint == gpt2_tokenizer.fingerprint
     assert loaded.merges == gpt2_tokenizer.merges
     assert (loaded.table == gpt2_tokenizer.table).all()
-    spec = json.loads((artifact_dir / "tokenizer.json").read_text())
+    spec = json.loads((artifact_dir / "hbpe_tokenizer.json").read_text())
     assert spec["format"] == "hbpe-tokenizer" and spec["version"] == 1
     assert spec["second_stage"]["max_patch_size"] == 10 and spec["second_stage"]["mode"] == "full"
     assert spec["second_stage"]["id_layout"]["eop"] == 256
@@ -29,7 +29,7 @@ def test_save_load_round_trip(artifact_dir, gpt2_tokenizer):
 def test_save_is_byte_identical(tmp_path, gpt2_tokenizer):
     a = artifact.save(gpt2_tokenizer, tmp_path / "a")
     b = artifact.save(gpt2_tokenizer, tmp_path / "b")
-    for name in ("tokenizer.json", "first_stage.tiktoken"):
+    for name in ("hbpe_tokenizer.json", "first_stage.tiktoken"):
         assert (a / name).read_bytes() == (b / name).read_bytes()
 
 
@@ -39,16 +39,16 @@ def test_refuses_to_overwrite(artifact_dir, gpt2_tokenizer):
 
 
 def test_unknown_version(artifact_dir):
-    p = artifact_dir / "tokenizer.json"
+    p = artifact_dir / "hbpe_tokenizer.json"
     d = json.loads(p.read_text())
     d["version"] = 99
     p.write_text(json.dumps(d))
-    with pytest.raises(ArtifactError, match=r"tokenizer.json: schema version 99 is not supported"):
+    with pytest.raises(ArtifactError, match=r"hbpe_tokenizer.json: schema version 99 is not supported"):
         artifact.load(artifact_dir)
 
 
 def test_edited_content_fails_fingerprint(artifact_dir):
-    p = artifact_dir / "tokenizer.json"
+    p = artifact_dir / "hbpe_tokenizer.json"
     d = json.loads(p.read_text())
     d["second_stage"]["merges"][0] = [1, 2]
     p.write_text(json.dumps(d))
@@ -74,12 +74,12 @@ def test_not_a_tokenizer_dir(tmp_path):
         artifact.load(tmp_path)
 
 
-# ---- a malformed tokenizer.json is one clear ArtifactError, also when its fingerprint is valid
+# ---- a malformed hbpe_tokenizer.json is one clear ArtifactError, also when its fingerprint is valid
 
 
 def _edit_and_resign(artifact_dir, edit) -> None:
-    """Apply `edit` to tokenizer.json and re-sign it, so the validation (not the fingerprint check) must catch it."""
-    p = artifact_dir / "tokenizer.json"
+    """Apply `edit` to hbpe_tokenizer.json and re-sign it, so the validation (not the fingerprint check) must catch it."""
+    p = artifact_dir / "hbpe_tokenizer.json"
     d = json.loads(p.read_text())
     edit(d)
     if isinstance(d, dict):
@@ -107,7 +107,7 @@ def test_rank_file_must_be_a_plain_name_inside_the_directory(artifact_dir, name)
     _edit_and_resign(artifact_dir, _set("first_stage", "rank_file", name))
     with pytest.raises(
         ArtifactError,
-        match=rf"tokenizer.json: malformed tokenizer spec: first_stage.rank_file must be a plain file name inside "
+        match=rf"hbpe_tokenizer.json: malformed tokenizer spec: first_stage.rank_file must be a plain file name inside "
         rf"the tokenizer directory \(like 'first_stage.tiktoken'\), got {re.escape(repr(name))}; restore",
     ):
         artifact.load(artifact_dir)
@@ -170,7 +170,7 @@ MALFORMED = {
 def test_malformed_spec_is_one_clear_error(artifact_dir, case):
     edit, message = MALFORMED[case]
     _edit_and_resign(artifact_dir, edit)
-    with pytest.raises(ArtifactError, match=rf"tokenizer.json: malformed tokenizer spec: .*{message}.*; restore"):
+    with pytest.raises(ArtifactError, match=rf"hbpe_tokenizer.json: malformed tokenizer spec: .*{message}.*; restore"):
         artifact.load(artifact_dir)
 
 
@@ -193,8 +193,8 @@ def test_merges_learned_for_a_larger_patch_size(artifact_dir):
 
 
 def test_spec_that_is_not_an_object(artifact_dir):
-    (artifact_dir / "tokenizer.json").write_text("[1, 2]")
-    with pytest.raises(ArtifactError, match=r"tokenizer.json: expected a JSON object, got list; restore"):
+    (artifact_dir / "hbpe_tokenizer.json").write_text("[1, 2]")
+    with pytest.raises(ArtifactError, match=r"hbpe_tokenizer.json: expected a JSON object, got list; restore"):
         artifact.load(artifact_dir)
 
 
@@ -208,9 +208,9 @@ def test_malformed_spec_in_the_cli(artifact_dir, case):
     _edit_and_resign(artifact_dir, edits[case])
     r = CliRunner().invoke(main, ["tokenizer", "info", "--tokenizer", str(artifact_dir)])
     assert r.exit_code == 2, r.output
-    assert r.output.startswith(f"error: {artifact_dir / 'tokenizer.json'}: ") and len(r.output.splitlines()) == 1, (
-        r.output
-    )
+    assert (
+        r.output.startswith(f"error: {artifact_dir / 'hbpe_tokenizer.json'}: ") and len(r.output.splitlines()) == 1
+    ), r.output
     assert "Traceback" not in r.output
 
 

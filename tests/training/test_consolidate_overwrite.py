@@ -37,7 +37,9 @@ def _consolidate(*args: str):
     return CliRunner().invoke(main, ["checkpoint", "consolidate", *args])
 
 
-@pytest.mark.parametrize("name", ["hbpe_run.json", "tokenizer/tokenizer.json", "ep0-ba20-rank0.pt", "latest-rank0.pt"])
+@pytest.mark.parametrize(
+    "name", ["hbpe_run.json", "tokenizer/hbpe_tokenizer.json", "ep0-ba20-rank0.pt", "latest-rank0.pt"]
+)
 def test_overwrite_never_replaces_the_runs_own_files(sharded, name):
     run, ckpt = sharded
     target = run / name

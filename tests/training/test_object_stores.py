@@ -33,7 +33,7 @@ SAVED = [  # what a run leaves in its save folder: Composer's checkpoint and poi
     "hbpe_run.json",
     "latest-rank0.pt.symlink",
     "tokenizer/first_stage.tiktoken",
-    "tokenizer/tokenizer.json",
+    "tokenizer/hbpe_tokenizer.json",
 ]
 
 

@@ -72,7 +72,7 @@ def test_save_overwrite_deletes_only_what_hbpe_wrote(sample_shards, tmp_path):
     (folder / "ep0-ba9-rank0.pt.incomplete").write_bytes(b"PK")  # one autoresume set aside
     assert train(_cfg(sample_shards, folder, *short, "save_overwrite=true"))["batches"] == 1
     assert not (folder / "ep0-ba7").exists() and not (folder / "ep0-ba9-rank0.pt.incomplete").exists()
-    assert (folder / "tokenizer" / "tokenizer.json").is_file()
+    assert (folder / "tokenizer" / "hbpe_tokenizer.json").is_file()
 
 
 def test_cli_save_overwrite_names_the_foreign_file(sample_shards, tmp_path):

@@ -113,7 +113,7 @@ def test_clear_previous_run_takes_composers_names_and_nothing_else(tmp_path):
     (tmp_path / "ep0-ba8" / ".metadata").write_text("x")
     (tmp_path / "ep0-ba9").mkdir()  # no .metadata: not a sharded checkpoint, someone else's folder
     (tmp_path / "tokenizer").mkdir()
-    (tmp_path / "tokenizer" / "tokenizer.json").write_text("{}")
+    (tmp_path / "tokenizer" / "hbpe_tokenizer.json").write_text("{}")
     removed = clear_previous_run(str(tmp_path))
     assert removed == [
         "ep0-ba60-rank0.pt",

@@ -42,6 +42,7 @@ from hbpe.pipeline.tokenizer import artifact
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.checkpoint.entropy_files import locate_entropy_model
+from hbpe.training.checkpoint.hf_export import HF_FILES, remove_hf_files, write_hf_files
 from hbpe.training.checkpoint.load_checks import (
     check_tokenizer_shape,
     check_weight_shapes,
@@ -60,7 +61,8 @@ from hbpe.training.model.patch_lm import PatchLM, VocabSpec, build_model
 
 log = logging.getLogger(__name__)
 
-_OURS = (MODEL_FILE, WEIGHTS_FILE, TOKENIZER_DIR, ENTROPY_DIR)
+_OURS = (MODEL_FILE, WEIGHTS_FILE, TOKENIZER_DIR, ENTROPY_DIR, *HF_FILES)  # HF_FILES: --format hf (hf_export.py)
+FORMATS = ("hbpe", "hf")  # hf: the same folder plus the files transformers loads (hf_export.py)
 
 
 def tied_weights(model: torch.nn.Module) -> dict[str, str]:
@@ -170,11 +172,18 @@ def upload_export(local: str, out: str) -> None:
 
 
 def write_export(
-    model: PatchLM, tok: Any, out: str, *, source: dict[str, Any], overwrite: bool = False, entropy: Any = None
+    model: PatchLM,
+    tok: Any,
+    out: str,
+    *,
+    source: dict[str, Any],
+    overwrite: bool = False,
+    entropy: Any = None,
+    hf: bool = False,
 ) -> dict:
     """A built model and its tokenizer -> the export directory `out` (weights, then tokenizer, an io=entropy
-    model's entropy model `entropy` (an EntropyModel, loaded by the caller before `out` changes), then the
-    description)."""
+    model's entropy model `entropy` (an EntropyModel, loaded by the caller before `out` changes), `hf`: transformers' files
+    (hf_export.py), then the description)."""
     from safetensors.torch import save_file
 
     if model.cfg.io == "entropy" and entropy is None:
@@ -184,7 +193,10 @@ def write_export(
     weights, tied = export_weights(model)
     dest.mkdir(parents=True, exist_ok=True)
     (dest / MODEL_FILE).unlink(missing_ok=True)  # an interrupted overwrite leaves no complete-looking export
-    write_file_atomic(dest / WEIGHTS_FILE, lambda p: save_file(weights, p, metadata={"format": EXPORT_FORMAT}))
+    remove_hf_files(dest)  # an earlier --format hf export's: rewritten below when hf
+    # transformers refuses a safetensors file whose format is not "pt"; hbpe reads either (by sha256)
+    weights_format = "pt" if hf else EXPORT_FORMAT
+    write_file_atomic(dest / WEIGHTS_FILE, lambda p: save_file(weights, p, metadata={"format": weights_format}))
     if (dest / TOKENIZER_DIR).exists():
         shutil.rmtree(dest / TOKENIZER_DIR)
     artifact.save(tok, dest / TOKENIZER_DIR)
@@ -193,6 +205,8 @@ def write_export(
         shutil.rmtree(dest / ENTROPY_DIR)  # an earlier export's (--overwrite checked the folder holds only ours)
     if entropy is not None:  # self-contained: the model that cuts its patches comes along, fingerprinted
         cfg = copy_entropy_model(cfg, entropy, str(dest / ENTROPY_DIR))
+    if hf:
+        write_hf_files(dest, cfg, tok)
     info = {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,

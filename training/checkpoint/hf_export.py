@@ -1,0 +1,84 @@
+"""`hbpe export --format hf`: an hbpe export that transformers also loads (trust_remote_code=True).
+
+One folder serves both: everything `hbpe export` writes (hbpe_model.json, model.safetensors,
+tokenizer/; `hbpe eval`/`generate` read it as before) plus what transformers reads:
+
+    DIR/config.json              model_type "hbpe", auto_map -> the classes below, the model's shape
+    DIR/configuration_hbpe.py    HbpeConfig        (training/checkpoint/hf/, copied verbatim: they import no hbpe,
+    DIR/modeling_hbpe.py         HbpeForCausalLM    so the folder loads where hbpe is not installed)
+    DIR/tokenization_hbpe.py     HbpeTokenizer
+    DIR/tokenizer_config.json    AutoTokenizer's entry: auto_map -> HbpeTokenizer, which reads tokenizer/
+
+model.safetensors carries the metadata {"format": "pt"} transformers requires (it refuses any other);
+hbpe checks the file by its sha256 in hbpe_model.json, not by that field. Only the paper's model
+(model.io=hierarchical) has an HF class: the baselines are refused with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from hbpe.schemas.errors import ConfigError
+
+HF_SOURCES = ("configuration_hbpe.py", "modeling_hbpe.py", "tokenization_hbpe.py")
+CONFIG_FILE = "config.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+# what `save_pretrained` of the model or tokenizer may add beside them: an earlier HF export's files
+HF_FILES = (*HF_SOURCES, CONFIG_FILE, TOKENIZER_CONFIG_FILE, "special_tokens_map.json", "generation_config.json")
+AUTO_MAP = {
+    "AutoConfig": "configuration_hbpe.HbpeConfig",
+    "AutoModelForCausalLM": "modeling_hbpe.HbpeForCausalLM",
+    "AutoTokenizer": ["tokenization_hbpe.HbpeTokenizer", None],
+}
+_SHAPE = (
+    "latent_layers", "latent_dim", "latent_ffn", "latent_heads", "local_dim", "local_ffn", "local_heads",
+    "encoder_layers", "decoder_layers", "pooling", "conditioning", "dropout", "rope_theta", "max_patches",
+)  # fmt: skip
+
+
+def check_hf_exportable(cfg: Any) -> None:
+    """Only model.io=hierarchical has an HF class (modeling_hbpe.py)."""
+    if cfg.io != "hierarchical":
+        raise ConfigError(
+            f"hbpe export --format hf: the checkpoint is a model.io={cfg.io} model; only the hierarchical (BPE-patch) "
+            "model has a transformers class: export it without --format hf (hbpe eval/generate read that)"
+        )
+
+
+def hf_config(cfg: Any, tok: Any) -> dict[str, Any]:
+    """config.json: what HbpeConfig(**...) takes, with transformers' own keys."""
+    return {
+        "model_type": "hbpe",
+        "architectures": ["HbpeForCausalLM"],
+        "auto_map": AUTO_MAP,
+        "vocab_size": tok.vocab_size,
+        "max_patch_size": tok.max_patch_size,
+        "n_vocab": tok.encoding.max_token_value + 1,
+        **{k: getattr(cfg, k) for k in _SHAPE},
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+    }
+
+
+def write_hf_files(dest: Path, cfg: Any, tok: Any) -> None:
+    """The transformers half of the folder (write_export calls it before hbpe_model.json, which marks it complete)."""
+    src = Path(__file__).parent / "hf"
+    for name in HF_SOURCES:
+        shutil.copyfile(src / name, dest / name)
+    (dest / CONFIG_FILE).write_text(json.dumps(hf_config(cfg, tok), indent=2, sort_keys=True) + "\n")
+    tok_config = {
+        "tokenizer_class": "HbpeTokenizer",
+        "auto_map": {"AutoTokenizer": AUTO_MAP["AutoTokenizer"]},
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": cfg.max_patches,  # latent positions = first-stage tokens
+    }
+    (dest / TOKENIZER_CONFIG_FILE).write_text(json.dumps(tok_config, indent=2, sort_keys=True) + "\n")
+
+
+def remove_hf_files(dest: Path) -> None:
+    """A plain export over an earlier HF export: no config.json left to describe weights it no longer fits."""
+    for name in HF_FILES:
+        (dest / name).unlink(missing_ok=True)
