@@ -363,6 +363,11 @@ def _trainer_kwargs(
         if resume_from or cfg.load_path:
             keep_previous_log(log_path)
         all_loggers.append(FileLogger(filename=log_path, flush_interval=1))
+    if save_enabled:  # every run's metrics as JSON lines beside its log (a bucket run: under runs/RUN_NAME)
+        from hbpe.training.metrics_file import METRICS_FILE, MetricsFile
+
+        metrics_path = os.path.join(_local_root(cfg), METRICS_FILE)
+        all_loggers.append(MetricsFile(metrics_path, append=bool(resume_from or cfg.load_path)))
     clip = cfg.optim.grad_clip_norm
     return dict(
         max_duration=cfg.max_duration,
