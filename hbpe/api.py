@@ -128,15 +128,19 @@ def generate(
     *,
     max_bytes: int = 200,
     temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    stop: Sequence[str] = (),
     seed: int = 0,
     batch_size: int = 16,
     device: str = "auto",
 ) -> list[str]:
     """Continuations of `prompts` (one string or several) by a checkpoint or an already loaded (model, tokenizer).
 
-    `temperature` 0 is greedy decoding (the default); prompt i samples with seed + i.
+    `temperature` 0 is greedy decoding (the default); `top_k` / `top_p` cut the sampled distribution;
+    a continuation ends at the first `stop` string; prompt i samples with seed + i.
     """
-    from hbpe.training import check_generate_args, generate_batch
+    from hbpe.training import check_generate_args, check_sampling_args, generate_batch
 
     model, tok = (
         (checkpoint[0], checkpoint[1]) if isinstance(checkpoint, tuple) else load_model(checkpoint, device=device)[:2]
@@ -144,8 +148,18 @@ def generate(
     texts = [prompts] if isinstance(prompts, str) else list(prompts)
     for text in texts:
         check_generate_args(text, max_bytes=max_bytes, temperature=temperature, seed=seed)
+    check_sampling_args(top_k=top_k, top_p=top_p, stop=tuple(stop))
     out = generate_batch(
-        model, tok, texts, max_bytes=max_bytes, temperature=temperature, seed=seed, batch_size=batch_size
+        model,
+        tok,
+        texts,
+        max_bytes=max_bytes,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        stop=tuple(stop),
+        seed=seed,
+        batch_size=batch_size,
     )
     return [g.text for g in out]
 

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 import hbpe
-from hbpe import cli_data, cli_eval, cli_experiment, cli_train
+from hbpe import cli_data, cli_eval, cli_experiment, cli_plot, cli_train
 from hbpe.cli_common import (
     CONTEXT_SETTINGS,
     _emit,
@@ -462,6 +462,7 @@ for _cmd in (
 main.add_command(cli_experiment.flops_cmd)
 main.add_command(cli_experiment.experiment_cmd)
 main.add_command(cli_eval.eval_tasks_cmd)
+main.add_command(cli_plot.plot_cmd)
 for _cmd in (cli_data.bench_convert, cli_train.bench_train_cmd, cli_train.bench_generate_cmd):
     bench.add_command(_cmd)
 

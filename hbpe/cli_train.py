@@ -278,7 +278,33 @@ def _read_prompts(prompts: tuple[str, ...], prompts_file: str | None) -> list[st
     help="One prompt per line (UTF-8), after the --prompt ones.",
 )
 @click.option("--max-bytes", type=click.IntRange(min=1), default=200, help="New bytes at most per prompt.")
-@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, help="Sampling temperature; 0 = greedy.")
+@click.option(
+    "--temperature",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    help="Sampling temperature; 0 = greedy (the most likely symbol; --top-k, --top-p and --seed unused).",
+)
+@click.option(
+    "--top-k",
+    type=click.IntRange(min=1),
+    default=None,
+    show_default="none: every symbol",
+    help="With --temperature: draw from the K most likely symbols (1 = greedy).",
+)
+@click.option(
+    "--top-p",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=None,
+    show_default="none: no cut",
+    help="With --temperature: draw from the most likely symbols whose probabilities sum to P (nucleus).",
+)
+@click.option(
+    "--stop",
+    "stops",
+    multiple=True,
+    show_default="none",
+    help="End a prompt's generation at this text, left out of the output (repeatable; first match wins).",
+)
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, help="Prompt i samples with seed + i.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, help="Prompts per batch.")
 @click.option("--device", default="auto", help=_DEVICE_HELP)
@@ -290,6 +316,9 @@ def generate_cmd(
     prompts_file: str | None,
     max_bytes: int,
     temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    stops: tuple[str, ...],
     seed: int,
     batch_size: int,
     device: str,
@@ -298,21 +327,25 @@ def generate_cmd(
 ) -> None:
     """Generate text patch by patch (at most --max-bytes new bytes, cut at a UTF-8 character boundary).
 
-    Prompt i (0-based, --prompt ones first) samples with seed + i, alone or in any batch. The text
-    goes to stdout, a line of numbers per prompt to stderr (not with -q).
+    Greedy by default (--temperature 0); a small model's greedy text often repeats itself: sample with
+    e.g. --temperature 0.8 --top-p 0.9. Prompt i (0-based, --prompt ones first) samples with seed + i,
+    alone or in any batch. A --stop string is searched in the generated text only and is not printed.
+    The text goes to stdout, a line of numbers per prompt to stderr (not with -q).
 
     \b
     Example:
       hbpe generate --checkpoint runs/demo/train --prompt "Fellow-Citizens" --max-bytes 80
+      hbpe generate --checkpoint runs/demo/train --prompt "Fellow-Citizens" --temperature 0.8 --top-p 0.9 --stop "."
     """
     import dataclasses
 
-    from hbpe.training import check_generate_args, generate_batch, load_model, resolve_device
+    from hbpe.training import check_generate_args, check_sampling_args, generate_batch, load_model, resolve_device
 
     check_local_paths("--checkpoint", checkpoint)
     texts = _read_prompts(prompts, prompts_file)
     for p in texts:  # before loading a model
         check_generate_args(p, max_bytes=max_bytes, temperature=temperature, seed=seed)
+    check_sampling_args(top_k=top_k, top_p=top_p, stop=stops)
     model, tok, _ = load_model(checkpoint, device=resolve_device(device))
     gens = generate_batch(
         model,
@@ -323,12 +356,16 @@ def generate_cmd(
         use_cache=not no_cache,
         seed=seed,
         batch_size=batch_size,
+        top_k=top_k,
+        top_p=top_p,
+        stop=stops,
     )
     if as_json:
         _emit([{"prompt": p, **dataclasses.asdict(g)} for p, g in zip(texts, gens)], True, str, ensure_ascii=False)
         return
     why = {
         "eod": " (the model ended the document)",
+        "stop": " (a --stop string, not printed)",
         "context": f" (the model's latent context, model.max_patches={model.cfg.max_patches}, is full)",
     }
     for g in gens:

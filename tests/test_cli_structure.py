@@ -14,7 +14,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from hbpe import cli, cli_data, cli_eval, cli_experiment, cli_train
+from hbpe import cli, cli_data, cli_eval, cli_experiment, cli_plot, cli_train
 from hbpe.cli import main
 from hbpe.schemas.errors import HbpeError
 from tests.conftest import IN_MEMORY_BEAM, REPO, SAMPLE_EN
@@ -49,6 +49,7 @@ COMMANDS = {
     ("export",): (cli_train, "export_cmd"),
     ("checkpoint",): (cli_train, "checkpoint_group"),
     ("checkpoint", "consolidate"): (cli_train, "checkpoint_consolidate_cmd"),
+    ("plot",): (cli_plot, "plot_cmd"),
 }
 
 
@@ -269,6 +270,7 @@ REPORTING = {
     ("demo",), ("tokenizer", "train"), ("tokenizer", "train-bpe"), ("tokenizer", "info"), ("tokenizer", "stats"),
     ("convert",), ("shards", "inspect"), ("shards", "verify"), ("shards", "export-text"), ("shards", "stats"),
     ("train",), ("eval",), ("generate",), ("export",), ("checkpoint", "consolidate"), ("eval-tasks",), ("flops",),
+    ("plot",),
     ("experiment",), ("bench", "tokenizer"), ("bench", "sweep"), ("bench", "first-stage"), ("bench", "convert"),
     ("bench", "train"), ("bench", "generate"),
 }  # fmt: skip

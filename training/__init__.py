@@ -49,6 +49,8 @@ _API = {
     "generate": "hbpe.training.inference.generate",
     "generate_batch": "hbpe.training.inference.generate",
     "check_generate_args": "hbpe.training.inference.generate",
+    "check_sampling_args": "hbpe.training.inference.sampling",
+    "plot_run": "hbpe.training.train.plot_metrics",
     "evaluate_tasks": "hbpe.training.inference.zero_shot.run",
     "render_task_table": "hbpe.training.inference.zero_shot.run:render_table",
     "parse_tasks": "hbpe.training.inference.zero_shot.tasks",

@@ -150,3 +150,20 @@ def test_lm_eval_equals_eval_tasks_for_every_scheme(io, local_tasks, gpt2_tokeni
     for name in names:
         for key in ("acc", "acc_norm"):
             assert res["results"][f"{name}_local"][f"{key},none"] == ours[name][key], (io, name, key)
+
+
+def test_lm_eval_command_line_default_device_falls_back_to_cpu(local_tasks, tiny_run):
+    """lm-eval hands the model device="cuda:0" when --device is not given; without a GPU the adapter
+    runs on the CPU and says so once on stderr (it raised "no CUDA GPU is visible" before)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: lm-eval's default cuda:0 is used as asked")
+    cmd = [sys.executable, "-m", "hbpe.training.inference.zero_shot.lm_eval_cli", "run", "--model", "hbpe"]
+    cmd += ["--model_args", f"checkpoint={tiny_run},progress=False", "--tasks", "piqa_local"]
+    cmd += ["--include_path", str(local_tasks), "--batch_size", "4", "--limit", "2"]
+    env = {**os.environ, "DISABLE_MULTIPROC": "1", "PYTHONPATH": str(REPO)}
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "piqa_local" in r.stdout and "acc_norm" in r.stdout
+    assert r.stderr.count("no CUDA GPU is visible: running on the CPU") == 1, r.stderr[-3000:]

@@ -59,7 +59,7 @@ def byte_symbols_for(model) -> ByteSymbols:
 
 
 @torch.inference_mode()
-def generate_bytes(model, row, temperature: float, *, use_cache: bool, choose) -> None:
+def generate_bytes(model, row, sampling, *, use_cache: bool, choose) -> None:
     """Continue one `_Row` of generate.py a byte at a time; each byte is a patch of one symbol for its bookkeeping."""
     io, device = model.io, next(model.parameters()).device
     t0 = time.perf_counter()
@@ -76,7 +76,7 @@ def generate_bytes(model, row, temperature: float, *, use_cache: bool, choose) -
     while True:
         logits = io.head(h)[0].float()
         logits[pad_id] = float("-inf")
-        b = choose(logits, temperature, row.gen)
+        b = choose(logits, sampling, row.gen)
         symbols = [EOD] if b == eod_id else [b]
         if row.finish_patch(symbols, _BYTES, t0) is None:
             return

@@ -84,6 +84,9 @@ def launch(
 ) -> int:
     """Run the launcher to the end; returns its exit status. Unbuffered, so every rank's lines show as they come.
 
+    The launcher's stdout, which rank 0 inherits, goes to this process's stderr: stdout is the command's result
+    alone (`hbpe train --nproc 2 --json` printed the launcher's "Starting distributed environment..." first).
+
     On node R > 0, node 0 must answer at master_addr:master_port within `rendezvous_timeout` seconds
     first (ConfigError otherwise). SIGINT, SIGTERM or SIGHUP stop the launcher, its ranks and their
     children (SIGKILL after STOP_GRACE_S) and raise TrainingInterrupted once all are gone.
@@ -101,7 +104,15 @@ def launch(
     if nnodes > 1 and node_rank:
         assert master_addr is not None and master_port is not None, "launcher_command checked them"
         wait_for_master(master_addr, master_port, node_rank=node_rank, timeout=rendezvous_timeout)
-    return run_as_group(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return run_as_group(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=_stderr_fd())
+
+
+def _stderr_fd() -> int:
+    """This process's stderr as a file descriptor (fd 2 when sys.stderr is not a file, as under click's CliRunner)."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
 
 
 class _Stop(BaseException):
@@ -109,12 +120,15 @@ class _Stop(BaseException):
         self.signum = signum
 
 
-def run_as_group(cmd: list[str], *, env: dict[str, str], grace_s: float = STOP_GRACE_S) -> int:
+def run_as_group(
+    cmd: list[str], *, env: dict[str, str], grace_s: float = STOP_GRACE_S, stdout: int | None = None
+) -> int:
     """Run `cmd` in a new process group to the end -> its exit status; a stop signal stops the whole group.
 
     The group, not the launcher alone: its ranks and their children (streaming's, the resource tracker)
     inherit it, and it still names them once the launcher has died and they were re-parented. The
-    launcher also gets SIGTERM if this process dies without a chance to stop it (kill -9).
+    launcher also gets SIGTERM if this process dies without a chance to stop it (kill -9). `stdout`: a file
+    descriptor for the group's standard output (default: this process's).
     """
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -126,7 +140,9 @@ def run_as_group(cmd: list[str], *, env: dict[str, str], grace_s: float = STOP_G
     try:
         # a session of its own: its processes form one group, and a terminal with `stty tostop` does not stop them
         # for writing to it from outside the foreground group
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=parent_death_preexec(signal.SIGTERM))
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=stdout, start_new_session=True, preexec_fn=parent_death_preexec(signal.SIGTERM)
+        )
         return proc.wait()
     except _Stop as stop:
         for sig in STOP_SIGNALS:  # a second Ctrl-C while stopping does not cut the stop short

@@ -32,6 +32,7 @@ from hbpe.training.train.calibration import resolve_entropy_threshold, resolve_t
 from hbpe.training.train.callbacks import ThroughputMeter
 from hbpe.training.train.composer_model import HierarchicalComposerModel
 from hbpe.training.train.loggers import build_callbacks, build_loggers
+from hbpe.training.train.metrics_file import METRICS_FILE, MetricsFile
 from hbpe.training.train.optimizer import build_optimizer, build_scheduler
 from hbpe.training.train.parallelize import attach_fsdp_hooks, parallelism_config
 
@@ -160,6 +161,9 @@ def _trainer_kwargs(
         if resume_from or cfg.load_path:
             keep_previous_log(log_path)
         all_loggers.append(FileLogger(filename=log_path, flush_interval=1))
+    if save_enabled:  # every run's metrics as JSON lines beside its log (a bucket run: under runs/RUN_NAME)
+        metrics_path = os.path.join(local_root(cfg), METRICS_FILE)
+        all_loggers.append(MetricsFile(metrics_path, append=bool(resume_from or cfg.load_path)))
     clip = cfg.optim.grad_clip_norm
     return dict(
         max_duration=cfg.max_duration,

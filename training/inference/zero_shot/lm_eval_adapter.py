@@ -16,6 +16,7 @@ stop string; it needs the hierarchical model.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from lm_eval.api.model import LM
@@ -29,6 +30,23 @@ from hbpe.training.inference.zero_shot.run import resolve_device
 from hbpe.training.inference.zero_shot.scorer import score_pairs
 
 DEFAULT_BATCH_SIZE = 16
+log = logging.getLogger(__name__)
+
+
+def _device_or_cpu(device: str | None) -> str | None:
+    """lm-eval passes device="cuda:0" unless told otherwise (its EvaluateConfig default), so a CUDA
+    device on a machine without a GPU means "the default": run on the CPU and say so once on stderr."""
+    import torch
+
+    try:
+        kind = torch.device(device).type if device else None
+    except RuntimeError:
+        return device  # resolve_device names the bad value
+    if kind == "cuda" and not torch.cuda.is_available():
+        # once per model; with no handler configured, logging's last resort prints it on stderr
+        log.warning(f"hbpe: device={device} but no CUDA GPU is visible: running on the CPU")
+        return "cpu"
+    return device
 
 
 def _batch_size(value: Any) -> int:
@@ -49,8 +67,8 @@ class HbpeLM(LM):
     """An hbpe checkpoint (a `hbpe train` save folder or a .pt inside one) for lm-eval.
 
     model_args: checkpoint=PATH (required), max_gen_toks=N (patches per `generate_until`, 256),
-    progress=true|false; lm-eval's own batch_size and device are honoured (device: cuda when
-    available, else cpu).
+    progress=true|false; lm-eval's own batch_size and device are honoured (a CUDA device
+    without a visible GPU, lm-eval's default cuda:0 on a CPU machine, runs on the CPU with one warning).
     """
 
     def __init__(
@@ -75,7 +93,7 @@ class HbpeLM(LM):
         self.batch_size = _batch_size(batch_size)
         self.max_gen_toks = int(max_gen_toks)
         self.progress = bool(progress)
-        self._device = resolve_device(device)
+        self._device = resolve_device(_device_or_cpu(device))
         self.model, self.tok, self.meta = load_model(str(checkpoint), device=self._device)
         self.scheme = scheme_for(self.model, self.tok)
 

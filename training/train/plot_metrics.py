@@ -1,0 +1,84 @@
+"""`hbpe plot RUN`: a run's training and eval curves (loss and bits per byte) from its metrics.jsonl, as a PNG."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from hbpe.pipeline import storage
+from hbpe.schemas.errors import ConfigError
+from hbpe.training.train.metrics_file import METRICS_FILE, read_metrics
+
+X_AXES = {"batches": ("batch", "trained batches"), "bytes": ("bytes", "trained text bytes (all ranks)")}
+TRAIN_LOSS, TRAIN_BPB, EVAL_LOSS, EVAL_BPB = (
+    "loss/train/total",
+    "metrics/train/BitsPerByte",
+    "metrics/eval/LossPerSymbol",
+    "metrics/eval/BitsPerByte",
+)
+
+
+def metrics_path(run: str) -> str:
+    """RUN (a save folder, or a metrics.jsonl) -> the metrics file; ConfigError naming what to pass otherwise."""
+    if storage.is_remote(run):
+        raise ConfigError(
+            f"{run}: a run saved to a bucket keeps its {METRICS_FILE} on the machine that trained it, under "
+            f"runs/RUN_NAME/ (beside train.log); pass that folder, e.g. hbpe plot runs/RUN_NAME"
+        )
+    path = run if os.path.isfile(run) else os.path.join(run, METRICS_FILE)
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"{run}: no {METRICS_FILE} there; pass a save folder of `hbpe train` (runs trained before hbpe "
+            f"wrote {METRICS_FILE} have only train.log and TensorBoard files)"
+        )
+    return path
+
+
+def plot_run(run: str, *, out: str | None = None, x: str = "batches") -> dict[str, Any]:
+    """Draw loss (train loss per symbol, eval loss per symbol) and BPB (train, eval) against `x` -> a summary.
+
+    `out` defaults to `curves.png` beside the metrics file.
+    """
+    if x not in X_AXES:
+        raise ConfigError(f"x={x!r}: choose one of {', '.join(X_AXES)}; e.g. --x bytes")
+    path = metrics_path(run)
+    data = read_metrics(path)
+    if not data["train"] and not data["eval"]:
+        raise ConfigError(f"{path} holds no train or eval lines yet; plot it once the run has trained a batch")
+    out = out or os.path.join(os.path.dirname(path), "curves.png")
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: write the file only
+    import matplotlib.pyplot as plt
+
+    key, label = X_AXES[x]
+    fig, (ax_loss, ax_bpb) = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, series, title in (
+        (ax_loss, ((TRAIN_LOSS, "train", data["train"]), (EVAL_LOSS, "eval", data["eval"])), "loss per symbol (nats)"),
+        (ax_bpb, ((TRAIN_BPB, "train", data["train"]), (EVAL_BPB, "eval", data["eval"])), "bits per byte"),
+    ):
+        for metric, name, recs in series:
+            pts = [(r[key], r[metric]) for r in recs if metric in r and key in r]
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, "o-" if name == "eval" else "-", label=name, markersize=4)
+        ax.set_xlabel(label)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend()
+    fig.suptitle(os.path.basename(os.path.dirname(os.path.abspath(path))) or path)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    last_eval = data["eval"][-1] if data["eval"] else {}
+    return {
+        "metrics": path,
+        "out": out,
+        "x": x,
+        "train_points": len(data["train"]),
+        "eval_points": len(data["eval"]),
+        "last_batch": max((r["batch"] for r in data["train"] + data["eval"]), default=0),
+        "final_eval_bpb": last_eval.get(EVAL_BPB),
+    }
