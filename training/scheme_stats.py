@@ -193,6 +193,7 @@ def flops_table(
     """Table 1 for every scheme on `shards`: patching measured on its first `samples` samples."""
     import dataclasses
 
+    from hbpe.training.paper_flops import with_ffn_readings
     from hbpe.training.schemes import build_scheme
 
     tokens = read_token_rows(shards, tok, samples=samples)
@@ -206,7 +207,8 @@ def flops_table(
             if cfg.entropy_threshold is None:
                 cfg = dataclasses.replace(cfg, entropy_threshold=threshold_on_shards(cfg, tok, shards, entropy))
         scheme = build_scheme(cfg, tok, derive=True, entropy_model=entropy)
-        rows.append(table1_row(cfg, tok, measure(scheme, cfg.io, tokens, words), input_bytes=input_bytes))
+        row = table1_row(cfg, tok, measure(scheme, cfg.io, tokens, words), input_bytes=input_bytes)
+        rows.append(with_ffn_readings(row, cfg, vocab_size=output_vocab(cfg, tok)))  # paper_flops.py
     return rows
 
 
