@@ -26,6 +26,8 @@ from hbpe.schemas.locations import SUPPORTED_SCHEMES, check_location, is_uri
 # model.io: the paper's model and its baselines, all trained from the same shards (training/data/schemes.py)
 IO_SCHEMES = ("hierarchical", "bpe", "bytes", "space", "entropy")
 EMBEDDING_IOS = ("bpe", "bytes")  # one embedding row per latent position, the head on the latent model
+PATCH_BOUNDARIES = ("eop", "given")  # model.patch_boundaries of the space and entropy baselines
+MAX_HASH_BUCKETS = 1 << 24  # rows per n-gram table (BLT's 500K is far below): an untrusted config asks no more
 
 # Composer's time units (composer.core.time.TimeUnit) less `sec` and `1h30m` wall-clock strings,
 # which its schedulers and checkpoint intervals do not all take
@@ -373,6 +375,12 @@ class ModelConfig(_Section):
     # io=entropy: sha256 of the entropy model's weights as exported (hbpe train records it and copies the model
     # into the run folder; eval, generate and export check the copy against it); given: the model must match it
     entropy_model_sha256: str | None = None
+    # space and entropy: "eop" closes each byte patch with an EOP symbol the decoder predicts (and BPB pays
+    # for); "given" is BLT's setup, the paper's: the patcher gives the boundaries, the decoder predicts only bytes
+    patch_boundaries: str = "eop"
+    # space and entropy: BLT's hash n-gram embeddings (n = 3..8) added to the local encoder's byte embeddings,
+    # one table of this many rows per n (0: none); training/hash_ngrams.py
+    hash_ngram_buckets: int = 0
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -391,6 +399,12 @@ class ModelConfig(_Section):
         _check_choice("model.pooling", self.pooling, ("mean", "eop"))
         _check_choice("model.conditioning", self.conditioning, ("prefix", "add"))
         _check_choice("model.io", self.io, IO_SCHEMES)
+        _check_choice("model.patch_boundaries", self.patch_boundaries, PATCH_BOUNDARIES)
+        b = self.hash_ngram_buckets
+        _check_range(
+            "model.hash_ngram_buckets", 0 <= b <= MAX_HASH_BUCKETS, b, f"must be in 0..{MAX_HASH_BUCKETS}",
+            "model.hash_ngram_buckets=82000",
+        )  # fmt: skip
         sha = self.entropy_model_sha256
         if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", sha):
             raise ConfigError(

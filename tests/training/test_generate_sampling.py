@@ -28,7 +28,7 @@ def patch_model(tiny_run):
 
 @pytest.fixture(scope="module")
 def bytes_model(gpt2_tokenizer):
-    from tests.training.test_zero_shot import _scaled_model
+    from tests.helpers import scaled_model as _scaled_model
 
     return _scaled_model("bytes", gpt2_tokenizer, seed=3), gpt2_tokenizer
 

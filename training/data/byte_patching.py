@@ -147,8 +147,11 @@ class SamplePatches:
     text_bytes: int  # bytes in the predicted patches (the BPB denominator)
 
 
-def to_patches(units: np.ndarray, context: int, starts: np.ndarray, width: int) -> SamplePatches:
+def to_patches(units: np.ndarray, context: int, starts: np.ndarray, width: int, *, eop: bool = True) -> SamplePatches:
     """Units cut at `starts` -> patch rows of `width` symbols (the longest patch + EOP must fit).
+
+    `eop=False` (model.patch_boundaries=given, BLT's setup): no EOP; the boundaries are the
+    patcher's, given to the model, and the longest patch alone must fit.
 
     >>> u = np.frombuffer(b"ab cd", dtype=np.uint8).astype(np.int32)
     >>> p = to_patches(u, 1, patch_starts(u, 1, space_starts(u), 6), 7)
@@ -160,13 +163,13 @@ def to_patches(units: np.ndarray, context: int, starts: np.ndarray, width: int) 
     pos = np.arange(len(units)) - first[pid]
     n = len(first)
     lengths = np.bincount(pid, minlength=n)
-    if n and int(lengths.max()) + 1 > width:
-        raise ValueError(f"a patch of {int(lengths.max())} bytes does not fit {width} symbols with EOP")
+    if n and int(lengths.max()) + eop > width:
+        raise ValueError(f"a patch of {int(lengths.max())} bytes does not fit {width} symbols{' with EOP' * eop}")
     out = np.full((n, width), PAD, dtype=np.int32)
     out[pid, pos] = units
-    is_eod = out[:, 0] == EOD
-    text_rows = np.flatnonzero(~is_eod)
-    out[text_rows, lengths[text_rows]] = EOP
+    if eop:
+        text_rows = np.flatnonzero(out[:, 0] != EOD)
+        out[text_rows, lengths[text_rows]] = EOP
     ctx = int(pid[context]) if context < len(units) else n  # patches before the one holding unit `context`
     text_bytes = int((units[context:] != EOD).sum())
     return SamplePatches(out, ctx, text_bytes)

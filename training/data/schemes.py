@@ -93,6 +93,7 @@ class BytePatchScheme:
     entropy: object | None = None  # io=entropy: anything with `entropies(units) -> list[array]` (EntropyModel)
     threshold: float | None = None
     forced_splits: int = 0  # unbounded patches split at the safety limit (reported, not hidden)
+    eop: bool = True  # model.patch_boundaries=eop: each text patch ends with EOP; given: bytes only
 
     def batch(self, tokens: np.ndarray, stored_patches: np.ndarray | None = None) -> dict[str, np.ndarray]:
         samples = [sample_units(row, self.vocab) for row in tokens]
@@ -107,9 +108,9 @@ class BytePatchScheme:
             starts = patch_starts(s.units, s.context, st, limit)
             if self.max_bytes is None:
                 self.forced_splits += int((starts & ~patch_starts(s.units, s.context, st, 1 << 30)).sum())
-            cut.append(to_patches(s.units, s.context, starts, limit + 1))
+            cut.append(to_patches(s.units, s.context, starts, limit + self.eop, eop=self.eop))
         T = max(len(p.patches) for p in cut)
-        W = limit + 1 if self.max_bytes else max(int((p.patches != PAD).sum(1).max()) for p in cut)
+        W = limit + self.eop if self.max_bytes else max(int((p.patches != PAD).sum(1).max()) for p in cut)
         patches = np.full((len(cut), T, W), PAD, dtype=np.int64)
         text_positions = []
         for i, p in enumerate(cut):
@@ -131,7 +132,7 @@ def build_scheme(cfg: ModelConfig, tok, *, derive: bool, entropy_model: object |
     if cfg.io == "bytes":
         return ByteScheme(vocab)
     if cfg.io == "space":
-        return BytePatchScheme(vocab, cfg.patch_max_bytes)
+        return BytePatchScheme(vocab, cfg.patch_max_bytes, eop=cfg.patch_boundaries == "eop")
     if cfg.entropy_threshold is None:
         raise ConfigError(
             "model.io=entropy needs model.entropy_threshold, or model.entropy_target_bytes to choose one on the "
@@ -142,4 +143,4 @@ def build_scheme(cfg: ModelConfig, tok, *, derive: bool, entropy_model: object |
             f"internal: model.io=entropy needs its entropy model ({cfg.entropy_model}) loaded by the caller"
         )
     bound = patch_limit(cfg) if cfg.entropy_bounded else None  # None: padded to each batch's longest patch
-    return BytePatchScheme(vocab, bound, entropy_model, cfg.entropy_threshold)
+    return BytePatchScheme(vocab, bound, entropy_model, cfg.entropy_threshold, eop=cfg.patch_boundaries == "eop")

@@ -238,7 +238,9 @@ def generate_batch(
             "this checkpoint has model.io=bpe (the embedding baseline), whose samples hbpe does not decode"
         )
     if io in ("space", "entropy"):
-        tok = byte_symbols_for(model)  # bytes + EOP patches, cut by the model's scheme
+        tok = byte_symbols_for(model)  # bytes (+ EOP) patches, cut by the model's scheme
+        if model.cfg.hash_ngram_buckets:
+            use_cache = False  # kv_decode's encoder has no hash n-gram tables: the modules' path has them
     if not prompts:
         raise ConfigError("no prompts to continue; pass at least one, e.g. --prompt 'The State of the Union'")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -303,9 +305,16 @@ def _op_threads(model: PatchLM, rows: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def _patcher_closes(tok, row: _Row, symbols: list[int]) -> bool:
+    """Given patch boundaries (byte baselines): the patcher, not a symbol, ends the patch (byte_generation.py)."""
+    closes = getattr(tok, "closes_patch", None)
+    return closes is not None and closes(row.prompt.encode("utf-8") + row.out, symbols)
+
+
 def _generate_uncached(model: PatchLM, tok, row: _Row, sampling: Sampling) -> None:
     """The reference: every symbol and every patch recomputed from scratch through the modules."""
     io, S, device = model.io, tok.max_patch_size, next(model.parameters()).device
+    never = list(getattr(tok, "never_symbols", ()))
     t0 = time.perf_counter()
     h = model.latent_step(io.encode_patches(_tensor(row.context, S, device)), None)[:, -1]  # (1, D)
     while True:
@@ -314,8 +323,9 @@ def _generate_uncached(model: PatchLM, tok, row: _Row, sampling: Sampling) -> No
             prefix = torch.tensor([symbols], dtype=torch.long, device=device).reshape(1, len(symbols))  # (1, k)
             logits = io.symbol_logits(h, prefix, None)[0].float()  # (V,)
             logits[PAD] = float("-inf")
+            logits[never] = float("-inf")
             symbols.append(_choose(logits, sampling, row.gen))
-            if symbols[-1] == EOD or tok.symbol_ends_patch[symbols[-1]]:
+            if symbols[-1] == EOD or tok.symbol_ends_patch[symbols[-1]] or _patcher_closes(tok, row, symbols):
                 break
         new = row.finish_patch(symbols, tok, t0)
         if new is None:
@@ -332,7 +342,7 @@ def _generate_cached(model: PatchLM, tok, rows: list[_Row], sampling: Sampling) 
     h = m.prefill([r.context for r in rows])  # (B, D)
     active = list(rows)
     while True:
-        patches = _decode_patches(m, h, active, ends, tok.max_patch_size, sampling)
+        patches = _decode_patches(m, h, active, ends, tok.max_patch_size, sampling, tok=tok)
         new, keep = [], []
         for i, (row, symbols) in enumerate(zip(active, patches)):
             advance = row.finish_patch(symbols, tok, t0)
@@ -348,7 +358,7 @@ def _generate_cached(model: PatchLM, tok, rows: list[_Row], sampling: Sampling) 
 
 
 def _decode_patches(
-    m: CachedPatchLM, h: torch.Tensor, rows: list[_Row], ends: list[bool], S: int, sampling: Sampling
+    m: CachedPatchLM, h: torch.Tensor, rows: list[_Row], ends: list[bool], S: int, sampling: Sampling, *, tok=None
 ) -> list[list[int]]:
     """One patch per row after h (B, D): symbols until EOP (or a symbol holding it), EOD, or S of them.
 
@@ -371,7 +381,7 @@ def _decode_patches(
         for i in open_rows:
             s = picked[i]
             out[i].append(s)
-            if s != EOD and not ends[s] and len(out[i]) < S:
+            if s != EOD and not ends[s] and len(out[i]) < S and not _patcher_closes(tok, rows[i], out[i]):
                 still.append(i)
         if not still:
             return out

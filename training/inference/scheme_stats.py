@@ -27,6 +27,7 @@ from hbpe.training.data.byte_patching import sample_units
 from hbpe.training.data.schemes import Scheme, build_scheme, vocabulary_bytes
 from hbpe.training.data.token_rows import read_token_rows
 from hbpe.training.model.flops import paper_forward_flops
+from hbpe.training.model.paper_flops import with_ffn_readings
 from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
 from hbpe.training.train.calibration import threshold_on_shards
 from hbpe.training.train.config_io import check_local
@@ -160,7 +161,8 @@ def flops_table(
             if cfg.entropy_threshold is None:
                 cfg = dataclasses.replace(cfg, entropy_threshold=threshold_on_shards(cfg, tok, shards, entropy))
         scheme = build_scheme(cfg, tok, derive=True, entropy_model=entropy)
-        rows.append(table1_row(cfg, tok, measure(scheme, cfg.io, tokens, words), input_bytes=input_bytes))
+        row = table1_row(cfg, tok, measure(scheme, cfg.io, tokens, words), input_bytes=input_bytes)
+        rows.append(with_ffn_readings(row, cfg, vocab_size=output_vocab(cfg, tok)))  # paper_flops.py
     return rows
 
 

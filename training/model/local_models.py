@@ -16,6 +16,7 @@ from torch import nn
 
 from hbpe.schemas.symbols import PAD
 from hbpe.schemas.train_config import ModelConfig
+from hbpe.training.model.hash_ngrams import HashNgramEmbedding
 from hbpe.training.model.layers import KVCache, Transformer
 
 
@@ -45,15 +46,23 @@ class LocalEncoder(nn.Module):
         self.embed = embed
         self.transformer = _local_transformer(cfg, cfg.encoder_layers)
         self.to_latent = nn.Linear(cfg.local_dim, cfg.latent_dim, bias=False)
+        # the byte baselines' hash n-gram embeddings (BLT); registered last and only when on, so that every
+        # other model initialises (and loads) as before
+        self.hash_ngrams = None
+        if cfg.hash_ngram_buckets and cfg.io in ("space", "entropy"):
+            self.hash_ngrams = HashNgramEmbedding(cfg.hash_ngram_buckets, cfg.local_dim)
 
     def forward(self, patches: torch.Tensor) -> torch.Tensor:
-        """(B, T, S) symbols -> e (B, T, D); every patch is encoded on its own."""
+        """(B, T, S) symbols -> e (B, T, D); every patch is encoded on its own (hash n-grams read back across)."""
         B, T, S = patches.shape
         flat = patches.reshape(B * T, S)  # (M, S)
         real = flat != PAD  # (M, S)
         key_mask = real.clone()
         key_mask[:, 0] = True  # an all-PAD (tail) patch still attends somewhere: no NaN rows
-        x = self.transformer(self.embed(flat), causal=False, key_mask=key_mask)  # (M, S, d)
+        x = self.embed(flat)  # (M, S, d)
+        if self.hash_ngrams is not None:
+            x = x + self.hash_ngrams(patches).reshape(B * T, S, -1)  # (M, S, d): + sum_n H_n[hash_n]
+        x = self.transformer(x, causal=False, key_mask=key_mask)  # (M, S, d)
         if self.pooling == "mean":
             w = real.unsqueeze(-1).to(x.dtype)  # (M, S, 1)
             pooled = (x * w).sum(1) / w.sum(1).clamp_min(1.0)  # (M, d)

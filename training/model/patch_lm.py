@@ -116,5 +116,6 @@ def build_model(cfg: ModelConfig, spec: VocabSpec) -> PatchLM:
     elif cfg.io == "bytes":
         io = BPEEmbeddingIO(cfg, n_vocab=NUM_BYTES)
     else:  # space, entropy: the paper's local models over bytes + EOP/PAD/EOD, no merges
-        io = HierarchicalPatchIO(cfg, vocab_size=BYTE_VOCAB, max_patch_size=cfg.patch_max_bytes + 1)
+        S = cfg.patch_max_bytes + (cfg.patch_boundaries == "eop")  # given boundaries: no EOP position
+        io = HierarchicalPatchIO(cfg, vocab_size=BYTE_VOCAB, max_patch_size=S)
     return PatchLM(cfg, io)
