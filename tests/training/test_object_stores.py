@@ -95,7 +95,7 @@ def training_saved_checkpoints_and_run_files_into_the_bucket(store: BucketRun) -
     assert meta["train_config"]["save_folder"] == store.run and meta["seq_len"] == 128
     # caches and logs stay local, under runs/<run_name>; nothing named after the URI (the issue's `s3:` folder)
     assert sorted(os.listdir(store.cwd)) == ["runs"]
-    assert sorted(os.listdir(store.cwd / "runs" / RUN_NAME)) == ["stream-cache", "train.log"]
+    assert sorted(os.listdir(store.cwd / "runs" / RUN_NAME)) == ["metrics.jsonl", "stream-cache", "train.log"]
 
 
 def a_second_run_is_refused_unless_it_resumes_the_same_model(store: BucketRun) -> None:
