@@ -29,9 +29,19 @@ def pytest_configure(config):
 E2E_FIXTURES = {"sample_shards", "train_copy", "eval_copy", "tiny_run", "s3_server", "gcs_server", "object_store"}
 
 
+# files whose tests convert, train or start processes themselves (measured: each over 3 s of the fast tier)
+E2E_MODULES = {
+    "test_convert", "test_convert_safety", "test_convert_resume", "test_convert_inprocess", "test_convert_hardening",
+    "test_portable_runner", "test_workers_die_with_launcher", "test_first_stage_trainers", "test_hbpe_train",
+    "test_experiment", "test_experiment_inputs", "test_experiment_seeds", "test_generate_sampling",
+    "test_zero_shot_lm_eval", "test_launch_stop",
+}  # fmt: skip
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())) or module in E2E_MODULES:
             item.add_marker(pytest.mark.e2e)
 
 
