@@ -25,20 +25,38 @@ def flops_cmd(
     """The paper's Table 1 columns for every scheme at CONFIG's sizes: forward GFLOPs (local
     encoder, local decoder, latent, total) for --bytes of text, fertility, parameters, bytes and
     symbols per patch, from the patch lengths measured on the shards. The entropy rows need
-    model.entropy_model (and a threshold or target) in the config or the overrides.
+    model.entropy_model (and a threshold or target) in the config or the overrides. Every row also
+    shows its GFLOPs under each reading of the paper's local FFN (384, 512, 768) beside the paper's,
+    and a last table checks the paper's own setup (small, its patch lengths, given boundaries).
 
     \b
     Example:
       hbpe flops small data.train=runs/demo/shards-train --bytes 8192
     """
-    from hbpe.training import flops_table, load_config, render_table1, resolve_tokenizer, with_measured_data
+    from hbpe.training import (
+        flops_table,
+        load_config,
+        paper_setup_rows,
+        render_ffn_readings,
+        render_paper_setup,
+        render_table1,
+        resolve_tokenizer,
+        with_measured_data,
+    )
 
     cfg = load_config(config, list(overrides), check_paths=False)
     cfg = with_measured_data(cfg, data)  # --data replaces the config's data paths (checked after)
     shards = cfg.data.train_sources[0]  # with data.streams: the first stream
     tok, _ = resolve_tokenizer(cfg)
     rows = flops_table(cfg.model, tok, shards, input_bytes=input_bytes, samples=samples)
-    _emit(rows, as_json, lambda rs: f"forward pass on {input_bytes} bytes of {shards}\n" + render_table1(rs))
+    _emit(
+        rows,
+        as_json,
+        lambda rs: (
+            f"forward pass on {input_bytes} bytes of {shards}\n{render_table1(rs)}\n\n"
+            f"{render_ffn_readings(rs)}\n\n{render_paper_setup(paper_setup_rows())}"
+        ),
+    )
 
 
 @click.command("experiment", cls=_Command)

@@ -57,6 +57,9 @@ _API = {
     "flops_table": "hbpe.training.inference.scheme_stats",
     "render_table1": "hbpe.training.inference.scheme_stats",
     "with_measured_data": "hbpe.training.inference.scheme_stats",
+    "paper_setup_rows": "hbpe.training.model.paper_flops",
+    "render_ffn_readings": "hbpe.training.model.paper_flops",
+    "render_paper_setup": "hbpe.training.model.paper_flops",
     # the pieces an experiment combines (hbpe/experiments): batches of a scheme, patching measured on shards
     "scheme_for": "hbpe.training.checkpoint.load",
     "vocabulary_bytes": "hbpe.training.data.schemes",
