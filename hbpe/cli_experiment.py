@@ -25,13 +25,16 @@ def flops_cmd(
     """The paper's Table 1 columns for every scheme at CONFIG's sizes: forward GFLOPs (local
     encoder, local decoder, latent, total) for --bytes of text, fertility, parameters, bytes and
     symbols per patch, from the patch lengths measured on the shards. The entropy rows need
-    model.entropy_model (and a threshold or target) in the config or the overrides.
+    model.entropy_model (and a threshold or target) in the config or the overrides. Every row also
+    shows its GFLOPs under each reading of the paper's local FFN (384, 512, 768) beside the paper's,
+    and a last table checks the paper's own setup (small, its patch lengths, given boundaries).
 
     \b
     Example:
       hbpe flops small data.train=runs/demo/shards-train --bytes 8192
     """
     from hbpe.training.config_io import load_config
+    from hbpe.training.paper_flops import paper_setup_rows, render_ffn_readings, render_paper_setup
     from hbpe.training.scheme_stats import flops_table, render_table1, with_measured_data
     from hbpe.training.trainer import resolve_tokenizer
 
@@ -40,7 +43,14 @@ def flops_cmd(
     shards = cfg.data.train_sources[0]  # with data.streams: the first stream
     tok, _ = resolve_tokenizer(cfg)
     rows = flops_table(cfg.model_config, tok, shards, input_bytes=input_bytes, samples=samples)
-    _emit(rows, as_json, lambda rs: f"forward pass on {input_bytes} bytes of {shards}\n" + render_table1(rs))
+    _emit(
+        rows,
+        as_json,
+        lambda rs: (
+            f"forward pass on {input_bytes} bytes of {shards}\n{render_table1(rs)}\n\n"
+            f"{render_ffn_readings(rs)}\n\n{render_paper_setup(paper_setup_rows())}"
+        ),
+    )
 
 
 @click.command("experiment", cls=_Command)
@@ -64,10 +74,16 @@ def flops_cmd(
     show_default="every 10th document of the training corpus",
     help="Held-out corpus files (repeatable).",
 )
+@click.option(
+    "--entropy-input",
+    multiple=True,
+    show_default="the training split (the bytes run itself)",
+    help="Corpus files the entropy rows' entropy model is trained on, as the paper's came from other data (repeatable).",
+)
 @json_option("results.json instead of the table")
 def experiment_cmd(
     preset: str, overrides: tuple[str, ...], out: str | None, train_input: tuple[str, ...],
-    eval_input: tuple[str, ...], as_json: bool,
+    eval_input: tuple[str, ...], entropy_input: tuple[str, ...], as_json: bool,
 ) -> None:  # fmt: skip
     """Run an experiment: a preset (table1-mini, chinese-mini, vocab-mini, s-ablation-mini,
     crossover-mini, table1-small, table3-medium) or a YAML file, with key=value overrides of its spec
@@ -83,6 +99,10 @@ def experiment_cmd(
     from hbpe.training.experiments.presets import load_spec
     from hbpe.training.experiments.runner import run_experiment
 
+    if entropy_input:  # the spec key entropy_corpus, as an override would set it
+        import json
+
+        overrides = (*overrides, f"entropy_corpus={json.dumps(list(entropy_input))}")
     spec = load_spec(preset, overrides, train_corpus=train_input, eval_corpus=eval_input)
     folder = Path(out or Path("runs", "experiments", spec.name))
     report = run_experiment(spec, folder, on_event=say, progress=not is_quiet())
