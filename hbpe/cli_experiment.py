@@ -80,10 +80,16 @@ def flops_cmd(
     show_default="every 10th document of the training corpus",
     help="Held-out corpus files (repeatable).",
 )
+@click.option(
+    "--entropy-input",
+    multiple=True,
+    show_default="the training split (the bytes run itself)",
+    help="Corpus files the entropy rows' entropy model is trained on, as the paper's came from other data (repeatable).",
+)
 @json_option("results.json instead of the table")
 def experiment_cmd(
     preset: str, overrides: tuple[str, ...], out: str | None, train_input: tuple[str, ...],
-    eval_input: tuple[str, ...], as_json: bool,
+    eval_input: tuple[str, ...], entropy_input: tuple[str, ...], as_json: bool,
 ) -> None:  # fmt: skip
     """Run an experiment: a preset (table1-mini, chinese-mini, vocab-mini, s-ablation-mini,
     crossover-mini, table1-small, table3-medium) or a YAML file, with key=value overrides of its spec
@@ -99,6 +105,10 @@ def experiment_cmd(
     from hbpe.experiments.presets import load_spec
     from hbpe.experiments.runner import run_experiment
 
+    if entropy_input:  # the spec key entropy_corpus, as an override would set it
+        import json
+
+        overrides = (*overrides, f"entropy_corpus={json.dumps(list(entropy_input))}")
     spec = load_spec(preset, overrides, train_corpus=train_input, eval_corpus=eval_input)
     folder = Path(out or Path("runs", "experiments", spec.name))
     report = run_experiment(spec, folder, on_event=say, progress=not is_quiet())

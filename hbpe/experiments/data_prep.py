@@ -38,6 +38,7 @@ class StageData:
     train: Path
     eval: Path
     inputs: str = ""  # the key of the bytes it was made from (corpora, rank file): part of each run's record
+    entropy_train: Path | None = None  # shards of the spec's entropy_corpus (the entropy model's training data)
 
 
 def corpus_files(spec: ExperimentSpec) -> tuple[list[str], list[str]]:
@@ -117,14 +118,19 @@ def prepare(
             )
             artifact.save(tok, tok_dir)
         shards = {}
-        for split, files in (("train", train_files), ("eval", eval_files)):
+        splits = [("train", train_files), ("eval", eval_files)]
+        if spec.entropy_corpus:  # every document of it trains the entropy model: none held out
+            splits.append(("entropy", [resolve_shared(p) for p in spec.entropy_corpus]))
+        for split, files in splits:
             dest = folder / f"shards-{split}"
             if key in stale or not (dest / "COMPLETED").is_file():
                 log.info("first stage %s: converting the %s corpus", key, split)
                 cfg = ConvertConfig(inputs=tuple(files), output=str(dest), tokenizer=str(tok_dir), seq_len=spec.seq_len)
                 run_convert(cfg, list(pipeline_args or []), overwrite=dest.exists(), progress=progress)
             shards[split] = dest
-        data[key] = StageData(tok_dir, shards["train"], shards["eval"], inputs=keys["stages"][key])
+        data[key] = StageData(
+            tok_dir, shards["train"], shards["eval"], inputs=keys["stages"][key], entropy_train=shards.get("entropy")
+        )
     (out / "data" / INPUTS_FILE).write_text(json.dumps(keys, indent=2, sort_keys=True) + "\n")
     return data
 
@@ -146,6 +152,8 @@ def _input_keys(spec: ExperimentSpec, used: list[str], folder: Path) -> tuple[di
     """
     train, held = corpus_files(spec)
     corpus = combine(content_key(train), content_key(held) if held else "")
+    if spec.entropy_corpus:  # its shards are made per first stage like the others: a change remakes them
+        corpus = combine(corpus, content_key([resolve_shared(p) for p in spec.entropy_corpus]))
     stages = {}
     for key in used:
         fs = spec.first_stages[key]

@@ -17,6 +17,7 @@ than mixed into the table.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import shutil
@@ -90,8 +91,8 @@ def train_config(
     """The `hbpe train` config of one run at one seed (a dict, as a YAML config would read)."""
     seed = spec.seed if seed is None else seed
     model = dict(run.model)
-    if run.entropy_from:  # the bytes run of the same seed
-        src = run_folder(out, run.entropy_from, seed, spec.seeds)
+    if run.entropy_from:  # the bytes run of the same seed (its copy on the entropy corpus, when the spec has one)
+        src = run_folder(out, entropy_source(spec, run).name, seed, spec.seeds)
         model["entropy_model"] = str(src / "train" / "latest-rank0.pt")
     # the seed sets the sample order too: the runs of one seed read the same samples
     data = {"train": str(stage.train), "eval": str(stage.eval), "tokenizer": str(stage.tokenizer), "shuffle_seed": seed}
@@ -117,6 +118,26 @@ def train_config(
     return _merge(cfg, spec.extra)
 
 
+ENTROPY_CORPUS_SUFFIX = "-entropy-corpus"
+
+
+def entropy_source(spec: ExperimentSpec, run: RunSpec) -> RunSpec:
+    """The run whose final checkpoint is `run`'s entropy model: its `entropy_from` run, or, with the spec's
+    entropy_corpus, a copy of it named NAME-entropy-corpus trained on that corpus (not a row of the table)."""
+    import dataclasses
+
+    src = next(r for r in spec.runs if r.name == run.entropy_from)
+    return dataclasses.replace(src, name=src.name + ENTROPY_CORPUS_SUFFIX) if spec.entropy_corpus else src
+
+
+def _entropy_jobs(spec: ExperimentSpec) -> list[RunSpec]:
+    """The entropy-corpus copies to train before the runs of a seed (none without an entropy_corpus)."""
+    if not spec.entropy_corpus:
+        return []
+    names = dict.fromkeys(r.entropy_from for r in spec.runs if r.entropy_from)
+    return [entropy_source(spec, next(r for r in spec.runs if r.entropy_from == n)) for n in names]
+
+
 def _fingerprint(spec: ExperimentSpec, run: RunSpec, seed: int | None = None) -> str:
     # one seed's result does not depend on how many seeds the experiment has: more seeds reuse it
     import dataclasses
@@ -125,7 +146,7 @@ def _fingerprint(spec: ExperimentSpec, run: RunSpec, seed: int | None = None) ->
         spec = dataclasses.replace(spec, seed=seed, seeds=1)
     fp = spec.run_fingerprint(run)
     if run.entropy_from:  # the entropy model is that run's result: its spec is part of this one's
-        src = next(r for r in spec.runs if r.name == run.entropy_from)
+        src = entropy_source(spec, run)
         fp += "+" + _fingerprint(spec, src)
     return fp
 
@@ -134,8 +155,7 @@ def _inputs(spec: ExperimentSpec, run: RunSpec, data: dict[str, StageData]) -> s
     """The key of the bytes a run's result comes from: its first stage's data, and its entropy model's."""
     keys = [data[run.first_stage].inputs]
     if run.entropy_from:
-        src = next(r for r in spec.runs if r.name == run.entropy_from)
-        keys.append(_inputs(spec, src, data))
+        keys.append(_inputs(spec, entropy_source(spec, run), data))
     return combine(*keys)
 
 
@@ -237,7 +257,8 @@ def _run_experiment(
     data = prepare(spec, out, progress=progress, pipeline_args=pipeline_args)
     results = []
     # seed by seed, every run of a seed before the next: a stopped experiment leaves complete seeds
-    jobs = [(seed, run) for seed in seed_values(spec.seed, spec.seeds) for run in spec.runs]
+    extra = _entropy_jobs(spec)  # trained first in each seed, kept out of the table
+    jobs = [(seed, run) for seed in seed_values(spec.seed, spec.seeds) for run in (*extra, *spec.runs)]
     for i, (seed, run) in enumerate(jobs, 1):
         run_dir = run_folder(out, run.name, seed, spec.seeds)
         fingerprint = _fingerprint(spec, run, seed)
@@ -253,7 +274,10 @@ def _run_experiment(
             on_event(f"{label}: training {spec.batches} batches ({run.model.get('io')})")
             # streaming's copy of the shards an earlier attempt read: of other bytes, the trainer would refuse it
             shutil.rmtree(run_dir / "train" / "stream-cache", ignore_errors=True)
-            result = {**run_one(spec, run, data[run.first_stage], out, seed), "fingerprint": fingerprint}
+            stage = data[run.first_stage]
+            if run in extra:  # an entropy model trained on the entropy corpus's shards
+                stage = dataclasses.replace(stage, train=stage.entropy_train)
+            result = {**run_one(spec, run, stage, out, seed), "fingerprint": fingerprint}
             result["inputs"] = inputs
             tmp = run_dir / (RESULT_FILE + ".partial")
             tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
@@ -262,5 +286,6 @@ def _run_experiment(
                 f"{label}: BPB {result['bpb']:.4f} after {result['train_bytes'] / 1e6:.2f} MB "
                 f"in {result['train_seconds']:.0f} s"
             )
-        results.append(result)
+        if run not in extra:
+            results.append(result)
     return write_report(spec, results, out)

@@ -81,6 +81,9 @@ class ExperimentSpec:
     # (cosine: only the final point is; its curve points sit inside a schedule planned for the whole run)
     schedule: str = "cosine"
     seeds: int = 1  # each run trained with seeds seed, seed+1, ... (init and data order); tables show mean +- std
+    # the entropy model's own corpus (the paper's came from other data): the entropy rows then read the entropy
+    # model of a copy of their `entropy_from` run trained on these files (runner.py); empty: that run itself
+    entropy_corpus: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_values(self)  # types and ranges first: the checks below compare them
@@ -125,6 +128,7 @@ class ExperimentSpec:
                     "train_corpus": _strings(d, "train_corpus", (SHARED_EN,)),
                     "eval_corpus": _strings(d, "eval_corpus", ()),
                     "plots": _strings(d, "plots", ("curve",)),
+                    "entropy_corpus": _strings(d, "entropy_corpus", ()),
                 }
             )
         except TypeError as e:
@@ -137,6 +141,8 @@ class ExperimentSpec:
         """What decides a run's result: its spec, its first stage, the data and the budget (not the other runs)."""
         d = self.to_dict()
         keep = {k: v for k, v in d.items() if k not in ("runs", "first_stages", "name", "description", "plots")}
+        if not keep.get("entropy_corpus"):
+            keep.pop("entropy_corpus", None)  # unset: the fingerprints of earlier experiments stay what they were
         keep.update(run=asdict(run), first_stage=asdict(self.first_stages[run.first_stage]))
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -184,12 +190,14 @@ def _check_values(spec: ExperimentSpec) -> None:
             raise bad(key, "a non-empty string")
     if not isinstance(spec.description, str):
         raise bad("description", "a string")
-    for key in ("train_corpus", "eval_corpus", "plots"):
+    for key in ("train_corpus", "eval_corpus", "plots", "entropy_corpus"):
         value = getattr(spec, key)
         if not isinstance(value, tuple) or not all(isinstance(v, str) and v for v in value):
             raise bad(key, "a list of names")
     if not spec.train_corpus:
         raise bad("train_corpus", "at least one corpus file")
+    if spec.entropy_corpus and not any(r.entropy_from for r in spec.runs):
+        raise bad("entropy_corpus", "no entropy_corpus: no run has an entropy model (entropy_from) to train on it")
     unknown = [p for p in spec.plots if p not in _PLOTS]
     if unknown:
         raise bad("plots", f"a list of {', '.join(_PLOTS)} (not {', '.join(unknown)})")

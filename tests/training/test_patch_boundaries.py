@@ -110,3 +110,17 @@ def test_generation_cuts_patches_where_training_does(io):
     got += [patch] if patch else []
     assert got == expected and len(got) > 5
     assert syms.max_patch_size == 6 and syms.never_symbols == [EOP]
+
+
+def test_given_boundary_model_generates_the_same_with_and_without_the_kv_cache():
+    """The cached path (kv_decode, EOP masked) and the modules' path end patches at the same bytes."""
+    from hbpe.training.generate import generate
+
+    torch.manual_seed(0)
+    model = build_model(model_config("tiny", io="space", patch_boundaries="given"), VocabSpec(470, 10, 1000))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(20.0)  # far from uniform: sampled bytes vary, delimiters included
+    runs = [generate(model, None, "The Union, ", max_bytes=60, temperature=1.0, seed=3, use_cache=c) for c in (1, 0)]
+    assert runs[0].text == runs[1].text and runs[0].patches == runs[1].patches
+    assert runs[0].patches >= 2 and runs[0].new_bytes > 6  # more than one patch: the patcher closed one
