@@ -114,7 +114,7 @@ def test_generation_cuts_patches_where_training_does(io):
 
 def test_given_boundary_model_generates_the_same_with_and_without_the_kv_cache():
     """The cached path (kv_decode, EOP masked) and the modules' path end patches at the same bytes."""
-    from hbpe.training.generate import generate
+    from hbpe.training import generate
 
     torch.manual_seed(0)
     model = build_model(model_config("tiny", io="space", patch_boundaries="given"), VocabSpec(470, 10, 1000))
