@@ -81,19 +81,27 @@ def paper_setup_rows(input_bytes: int = 8192) -> list[dict[str, Any]]:
     return rows
 
 
-def render_paper_setup(rows: list[dict[str, Any]]) -> str:
-    """The paper-setup check as Markdown: GFLOPs at each local FFN reading next to the paper's."""
+def _ffn_table(title: str, rows: list[dict[str, Any]], *, bytes_per_patch: bool, paper: Any) -> str:
+    """Rows' GFLOPs at each local FFN reading as Markdown, the paper's number (`paper(row)`) last."""
     head = " | ".join(f"FFN {f}" for f in LOCAL_FFN_READINGS)
+    extra = " bytes/patch |" if bytes_per_patch else ""
     lines = [
-        "the paper's setup (small, 8,192 bytes, its patch lengths, given boundaries), GFLOPs by local FFN reading:",
-        f"| model | bytes/patch | {head} | paper |",
-        "|---|---|" + "---|" * len(LOCAL_FFN_READINGS) + "---|",
+        title,
+        f"| model |{extra} {head} | paper |",
+        "|---|" + "---|" * (len(LOCAL_FFN_READINGS) + 1 + bytes_per_patch),
     ]
     for r in rows:
         g = r["gflops_by_local_ffn"]
         cells = " | ".join(f"{g[str(f)]:.1f}" for f in LOCAL_FFN_READINGS)
-        lines.append(f"| {r['scheme']} | {r['bytes_per_patch']:.2f} | {cells} | {r['paper_gflops']} |")
+        bpp = f" {r['bytes_per_patch']:.2f} |" if bytes_per_patch else ""
+        lines.append(f"| {r['scheme']} |{bpp} {cells} | {paper(r)} |")
     return "\n".join(lines)
+
+
+def render_paper_setup(rows: list[dict[str, Any]]) -> str:
+    """The paper-setup check as Markdown: GFLOPs at each local FFN reading next to the paper's."""
+    title = "the paper's setup (small, 8,192 bytes, its patch lengths, given boundaries), GFLOPs by local FFN reading:"
+    return _ffn_table(title, rows, bytes_per_patch=True, paper=lambda r: r["paper_gflops"])
 
 
 def with_ffn_readings(row: dict[str, Any], cfg: ModelConfig, *, vocab_size: int) -> dict[str, Any]:
@@ -114,16 +122,9 @@ def with_ffn_readings(row: dict[str, Any], cfg: ModelConfig, *, vocab_size: int)
 
 def render_ffn_readings(rows: list[dict[str, Any]]) -> str:
     """The measured rows' GFLOPs at each local FFN reading, with the paper's GFLOPs beside them."""
-    head = " | ".join(f"FFN {f}" for f in LOCAL_FFN_READINGS)
-    lines = [
-        "the same rows by reading of the paper's local FFN (it trains 512; its parameters imply 768, its FLOPs 384):",
-        f"| model | {head} | paper |",
-        "|---|" + "---|" * len(LOCAL_FFN_READINGS) + "---|",
-    ]
-    for r in rows:
-        g = r["gflops_by_local_ffn"]
-        paper = r["paper"]["gflops"] if r.get("paper") else "–"
-        lines.append(
-            f"| {r['scheme']} | " + " | ".join(f"{g[str(f)]:.1f}" for f in LOCAL_FFN_READINGS) + f" | {paper} |"
-        )
-    return "\n".join(lines)
+    title = (
+        "the same rows by reading of the paper's local FFN (it trains 512; its parameters imply 768, its FLOPs 384):"
+    )
+    return _ffn_table(
+        title, rows, bytes_per_patch=False, paper=lambda r: r["paper"]["gflops"] if r.get("paper") else "–"
+    )
