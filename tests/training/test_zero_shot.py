@@ -224,9 +224,9 @@ def test_eval_tasks_command(tiny_run):
     assert bad.exit_code == 2 and "error: --tasks 'piqa,nope': unknown task(s) ['nope']" in bad.output
     if not torch.cuda.is_available():
         bad = CliRunner().invoke(main, [*args, "--device", "cuda"])
-        assert bad.exit_code == 2 and "no CUDA GPU is visible here; use --device cpu" in bad.output
+        assert bad.exit_code == 2 and "no CUDA device is visible here" in bad.output
     bad = CliRunner().invoke(main, [*args, "--device", "gpu0"])
-    assert bad.exit_code == 2 and "--device 'gpu0' is not a torch device" in bad.output
+    assert bad.exit_code == 2 and "--device 'gpu0': expected one of auto, cpu, cuda, cuda:N" in bad.output
 
 
 @pytest.mark.parametrize("io", ["bytes", "space"])

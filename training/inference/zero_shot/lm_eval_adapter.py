@@ -26,8 +26,8 @@ from hbpe.schemas.errors import ConfigError
 from hbpe.training.checkpoint.load import load_model
 from hbpe.training.inference.generate import generate
 from hbpe.training.inference.zero_shot.pairs import scheme_for
-from hbpe.training.inference.zero_shot.run import resolve_device
 from hbpe.training.inference.zero_shot.scorer import score_pairs
+from hbpe.training.model.devices import resolve_device
 
 DEFAULT_BATCH_SIZE = 16
 log = logging.getLogger(__name__)
@@ -38,11 +38,8 @@ def _device_or_cpu(device: str | None) -> str | None:
     device on a machine without a GPU means "the default": run on the CPU and say so once on stderr."""
     import torch
 
-    try:
-        kind = torch.device(device).type if device else None
-    except RuntimeError:
-        return device  # resolve_device names the bad value
-    if kind == "cuda" and not torch.cuda.is_available():
+    # only lm-eval's cuda default is forgiven; every other bad name is resolve_device's error
+    if device and device.strip().lower().startswith("cuda") and not torch.cuda.is_available():
         # once per model; with no handler configured, logging's last resort prints it on stderr
         log.warning(f"hbpe: device={device} but no CUDA GPU is visible: running on the CPU")
         return "cpu"

@@ -11,25 +11,7 @@ from hbpe.training.inference.zero_shot.metrics import aggregate, doc_metrics
 from hbpe.training.inference.zero_shot.pairs import scheme_for
 from hbpe.training.inference.zero_shot.scorer import score_pairs
 from hbpe.training.inference.zero_shot.tasks import TASKS
-
-
-def resolve_device(device: str | None) -> str:
-    """None -> "cuda" when a GPU is visible, else "cpu"; a named device is checked before any model is loaded."""
-    import torch
-
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        kind = torch.device(device).type
-    except RuntimeError as e:
-        raise ConfigError(
-            f"--device {device!r} is not a torch device ({e}); e.g. --device cpu or --device cuda:0"
-        ) from None
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {device}: no CUDA GPU is visible here; use --device cpu")
-    if kind == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"--device {device}: MPS is not available here; use --device cpu")
-    return device
+from hbpe.training.model.devices import resolve_device
 
 
 def check_args(tasks: list[str], *, limit: int | None, batch_size: int) -> None:
@@ -79,7 +61,7 @@ def evaluate_tasks(
     """Load a checkpoint (training/checkpoint/load.py) and score it on `tasks`; the result `render_table` prints."""
 
     check_args(tasks, limit=limit, batch_size=batch_size)  # before loading a model
-    dev = resolve_device(device)
+    dev = str(resolve_device(device))  # checked before any model is loaded; a string for the JSON result
     model, tok, meta = load_model(checkpoint, device=dev)
     results = evaluate_model(model, tok, tasks, limit=limit, batch_size=batch_size, progress=progress)
     return {"checkpoint": checkpoint, "io": meta["model"]["io"], "device": dev, "limit": limit, "tasks": results}
