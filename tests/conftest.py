@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,9 @@ def pytest_configure(config):
 
 # the tiers (README: `make test-fast` runs the fast one): a test is end to end (`e2e`) when it converts a
 # corpus, trains, or starts an object-store server, through these fixtures or by a mark of its own
-E2E_FIXTURES = {"sample_shards", "train_copy", "eval_copy", "tiny_run", "s3_server", "gcs_server", "object_store"}
+E2E_FIXTURES = {
+    "sample_shards", "train_copy", "eval_copy", "tiny_run", "sharded_run", "s3_server", "gcs_server", "object_store",
+}  # fmt: skip
 
 
 # files whose tests convert, train or start processes themselves (measured: each over 3 s of the fast tier)
@@ -38,11 +41,21 @@ E2E_MODULES = {
 }  # fmt: skip
 
 
+# fixtures that launch several training processes: every test that uses one runs on the same xdist worker
+# (`make test` passes --dist loadgroup), so each is built once per suite rather than once per worker
+GROUPED_FIXTURES = ("sharded_run", "two_node_run")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
 def pytest_collection_modifyitems(config, items):
     for item in items:
         module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
-        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())) or module in E2E_MODULES:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if E2E_FIXTURES & fixtures or module in E2E_MODULES:
             item.add_marker(pytest.mark.e2e)
+        for name in GROUPED_FIXTURES:
+            if name in fixtures:
+                item.add_marker(pytest.mark.xdist_group(name))
 
 
 @pytest.fixture(scope="session")
@@ -140,6 +153,45 @@ def tiny_run(sample_shards, tmp_path_factory) -> Path:
     overrides = [f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={folder}", "console=false"]
     train(load_config("tiny", [*overrides, f"max_duration={n}ba", f"eval_interval={n}ba", f"save_interval={n}ba"]))
     return folder
+
+
+@dataclass(frozen=True)
+class LaunchedRun:
+    """A `hbpe train --nproc N` run as its user saw it: the save folder and what the command printed."""
+
+    folder: Path
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="session")
+def sharded_run(sample_shards, tmp_path_factory) -> LaunchedRun:
+    """`hbpe train --nproc 2 --json` as a user types it: FSDP2 over gloo with its default sharded state dict.
+
+    2 batches, evaluated and saved at the end: every tensor of the checkpoint is split over the 2 ranks (a
+    folder, one data file per rank). One run serves the JSON-output, consolidation and sharded-checkpoint
+    safety tests (they share an xdist group: it is launched once per suite).
+    """
+    import subprocess
+    import sys
+
+    from tests.helpers import free_port
+
+    train_dir, eval_dir = sample_shards
+    root = tmp_path_factory.mktemp("sharded2")
+    folder = root / "run"
+    cmd = [
+        *(sys.executable, "-m", "hbpe.cli", "train", "tiny"),
+        *(f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={folder}", "fsdp={version: 2}"),
+        *("max_duration=2ba", "eval_interval=2ba", "save_interval=2ba", "eval_subset_num_batches=2"),
+        *("--nproc", "2", "--master-port", str(free_port()), "--json"),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "TMPDIR": str(root)}
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ckpt = folder / "latest-rank0.pt"
+    assert (ckpt / ".metadata").is_file() and (ckpt / "__1_0.distcp").is_file()  # a folder, one file per rank
+    return LaunchedRun(folder, r.stdout, r.stderr)
 
 
 def copy_run(run: Path, dest: Path) -> Path:

@@ -11,6 +11,7 @@ import gzip
 import json
 import math
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -182,3 +183,10 @@ def comparable(files: dict[str, bytes]) -> dict[str, bytes]:
 def get_object(server, uri: str) -> bytes:
     """One object's bytes, read with the store's own client (not hbpe's)."""
     return server.get(uri)
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now, so parallel or repeated launches never collide."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

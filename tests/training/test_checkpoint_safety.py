@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import os
 import pickle
 import shutil
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +17,7 @@ from hbpe.cli import main
 from hbpe.schemas.errors import ArtifactError
 from hbpe.training.checkpoint.load import load_model
 from hbpe.training.checkpoint.safe_load import composer_checkpoint_validator, ensure_safe_checkpoint, safe_torch_load
-from tests.conftest import REPO, TINY_RUN_BATCHES, copy_run
+from tests.conftest import TINY_RUN_BATCHES, copy_run
 
 
 class _Payload:
@@ -143,27 +139,8 @@ def test_weights_of_another_shape_are_one_clear_error(run_dir, tmp_path):
 # ---- sharded FSDP checkpoints (FSDP2's default): `.metadata` is a plain pickle, non-tensor items are torch.save blobs
 
 
-@pytest.fixture(scope="module")
-def sharded_run(sample_shards, tmp_path_factory) -> Path:
-    """A real sharded checkpoint: FSDP2 (sharded state dict, its default) on 1 process over gloo, 2 batches."""
-    train_dir, eval_dir = sample_shards
-    folder = tmp_path_factory.mktemp("sharded") / "run"
-    with socket.socket() as sock:  # a free port, so parallel or repeated runs never collide
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    overrides = [f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={folder}", "max_duration=2ba"]
-    overrides += ["eval_interval=2ba", "save_interval=2ba", "fsdp={version: 2}", "log_interval=100ba"]
-    cmd = [sys.executable, "-m", "composer.cli.launcher", "-n", "1", "--master_port", str(port)]
-    cmd += ["-m", "hbpe.training.train.launch", "tiny", *overrides]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
-    assert (folder / "latest-rank0.pt" / ".metadata").is_file()
-    return folder
-
-
-def _copy_sharded(sharded_run: Path, tmp_path: Path) -> tuple[Path, object]:
-    ckpt = shutil.copytree((sharded_run / "latest-rank0.pt").resolve(), tmp_path / "ep0-ba2")
+def _copy_sharded(run: Path, tmp_path: Path) -> tuple[Path, object]:
+    ckpt = shutil.copytree((run / "latest-rank0.pt").resolve(), tmp_path / "ep0-ba2")
     with (ckpt / ".metadata").open("rb") as f:
         return ckpt, pickle.load(f)  # our own file
 
@@ -181,7 +158,7 @@ def _dcp_load_batch(ckpt: Path) -> object:
 
 
 def test_sharded_checkpoint_passes(sharded_run, monkeypatch):
-    latest = sharded_run / "latest-rank0.pt"  # a symlink to the checkpoint folder, as autoresume finds it
+    latest = sharded_run.folder / "latest-rank0.pt"  # a symlink to the checkpoint folder, as autoresume finds it
     ensure_safe_checkpoint(latest)
     assert composer_checkpoint_validator(latest / ".metadata")
     assert composer_checkpoint_validator(latest / "__0_0.distcp", [(0, 10)])
@@ -190,13 +167,13 @@ def test_sharded_checkpoint_passes(sharded_run, monkeypatch):
     )
     assert _dcp_load_batch(latest.resolve()) == 2
     model, _, _ = load_model(
-        str(sharded_run)
+        str(sharded_run.folder)
     )  # read directly (training/checkpoint/consolidate.py), through the same checks
     assert model.io.encoder.embed.weight is model.io.decoder.embed.weight
 
 
 def test_sharded_metadata_payload_is_refused(sharded_run, tmp_path):
-    ckpt, md = _copy_sharded(sharded_run, tmp_path)
+    ckpt, md = _copy_sharded(sharded_run.folder, tmp_path)
     marker = tmp_path / "payload-ran"
     md.planner_data["x"] = _Payload(marker)
     with (ckpt / ".metadata").open("wb") as f:
@@ -212,7 +189,7 @@ def test_sharded_item_payload_is_refused_also_in_composers_reader(sharded_run, t
     """A non-tensor item replaced by a payload blob: torch's planner would torch.load it with weights_only=False."""
     from torch.distributed.checkpoint.api import CheckpointException
 
-    ckpt, md = _copy_sharded(sharded_run, tmp_path)
+    ckpt, md = _copy_sharded(sharded_run.folder, tmp_path)
     marker = tmp_path / "payload-ran"
     blob = io.BytesIO()
     torch.save(_Payload(marker), blob)
@@ -265,7 +242,7 @@ SHARDED_BROKEN = {
 @pytest.mark.parametrize("case", sorted(SHARDED_BROKEN))
 def test_broken_sharded_checkpoint_is_one_clear_error(sharded_run, tmp_path, case):
     edit, message = SHARDED_BROKEN[case]
-    ckpt, md = _copy_sharded(sharded_run, tmp_path)
+    ckpt, md = _copy_sharded(sharded_run.folder, tmp_path)
     meta = ckpt / ".metadata"
     if edit is None:
         meta.write_bytes(meta.read_bytes()[:1000])

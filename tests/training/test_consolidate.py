@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pickle
 import shutil
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,33 +19,13 @@ from hbpe.training.checkpoint.consolidate import consolidate_checkpoint
 from hbpe.training.checkpoint.load import load_model
 from hbpe.training.checkpoint.safe_load import dcp_metadata, safe_torch_load
 from hbpe.training.checkpoint.sharded import read_sharded_model
-from tests.conftest import REPO, copy_run
-
-
-@pytest.fixture(scope="module")
-def sharded_run(sample_shards, tmp_path_factory) -> Path:
-    """`hbpe train` on 2 processes with FSDP2's default sharded state dict: every tensor split over 2 ranks."""
-    train_dir, eval_dir = sample_shards
-    folder = tmp_path_factory.mktemp("sharded2") / "run"
-    with socket.socket() as sock:  # a free port, so parallel or repeated runs never collide
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    overrides = [f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={folder}", "max_duration=2ba"]
-    overrides += ["eval_interval=2ba", "save_interval=2ba", "fsdp={version: 2}", "log_interval=100ba"]
-    cmd = [sys.executable, "-m", "composer.cli.launcher", "-n", "2", "--master_port", str(port)]
-    cmd += ["-m", "hbpe.training.train.launch", "tiny", *overrides]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
-    ckpt = folder / "latest-rank0.pt"
-    assert (ckpt / ".metadata").is_file() and (ckpt / "__1_0.distcp").is_file()  # a folder, one file per rank
-    return folder
+from tests.conftest import copy_run
 
 
 def test_sharded_weights_equal_torchs_own_consolidation(sharded_run, tmp_path):
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    ckpt = (sharded_run / "latest-rank0.pt").resolve()
+    ckpt = (sharded_run.folder / "latest-rank0.pt").resolve()
     md = dcp_metadata(ckpt)
     chunks = md.state_dict_metadata["state.model.model.latent.blocks.0.attn.qkv.weight"].chunks
     assert len(chunks) == 2  # the tensor really is split across the two ranks
@@ -59,13 +35,13 @@ def test_sharded_weights_equal_torchs_own_consolidation(sharded_run, tmp_path):
     assert ours.keys() == {k.removeprefix("model.") for k in ref}
     for k, v in ours.items():
         assert torch.equal(v, ref[f"model.{k}"]), k
-    model, _, _ = load_model(str(sharded_run))  # the save folder: latest-rank0.pt -> the folder
+    model, _, _ = load_model(str(sharded_run.folder))  # the save folder: latest-rank0.pt -> the folder
     assert model.io.encoder.embed.weight is model.io.decoder.embed.weight
     assert torch.equal(model.latent.blocks[0].attn.qkv.weight, ref["model.latent.blocks.0.attn.qkv.weight"])
 
 
 def test_eval_generate_consolidate_and_export_all_read_a_sharded_run(sharded_run, sample_shards, tmp_path):
-    run = copy_run(sharded_run, tmp_path / "run")
+    run = copy_run(sharded_run.folder, tmp_path / "run")
     eval_dir = str(sample_shards[1])
 
     def bpb(path) -> float:
@@ -89,7 +65,7 @@ def test_eval_generate_consolidate_and_export_all_read_a_sharded_run(sharded_run
 
 
 def test_consolidate_refusals(sharded_run, tiny_run, tmp_path):
-    run = copy_run(sharded_run, tmp_path / "run")
+    run = copy_run(sharded_run.folder, tmp_path / "run")
     consolidate_checkpoint(str(run))
     with pytest.raises(ConfigError, match=r"ep0-ba2-consolidated.pt exists; pass --overwrite"):
         consolidate_checkpoint(str(run))
@@ -109,7 +85,7 @@ class _Payload:
 
 
 def test_a_crafted_sharded_checkpoint_is_refused_unopened(sharded_run, tmp_path):
-    run = copy_run(sharded_run, tmp_path / "run")
+    run = copy_run(sharded_run.folder, tmp_path / "run")
     ckpt = run / "ep0-ba2"
     with (ckpt / ".metadata").open("rb") as f:
         md = pickle.load(f)  # our own file
@@ -129,7 +105,7 @@ def test_a_crafted_sharded_checkpoint_is_refused_unopened(sharded_run, tmp_path)
     with pytest.raises(ArtifactError, match=r"data file '../../outside.distcp' is outside the folder"):
         load_model(str(run))
 
-    shutil.copy(sharded_run / "ep0-ba2" / ".metadata", ckpt / ".metadata")
+    shutil.copy(sharded_run.folder / "ep0-ba2" / ".metadata", ckpt / ".metadata")
     (ckpt / "__1_0.distcp").write_bytes(b"")
     with pytest.raises(ArtifactError, match=r"sharded checkpoint .*ep0-ba2 is damaged"):
         load_model(str(run))

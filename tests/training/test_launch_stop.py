@@ -3,10 +3,10 @@ node 0 says so in one line instead of waiting 300 s in torch's store client."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,12 +17,7 @@ from click.testing import CliRunner
 
 from hbpe.cli import main
 from tests.conftest import REPO
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.helpers import free_port
 
 
 def _checkpoint_batches(folder) -> list[int]:
@@ -37,20 +32,20 @@ def _gone(pid: int) -> bool:
 
 
 def test_sigterm_stops_every_rank_before_the_command_exits(sample_shards, tmp_path):
-    train_dir, _ = sample_shards
+    train_dir, eval_dir = sample_shards
     folder = tmp_path / "run"
     cmd = [
         *(sys.executable, "-m", "hbpe.cli", "train", "tiny"),
         *(f"data.train={train_dir}", "data.eval=null", f"save_folder={folder}", "console=false"),
         *("max_duration=100000ba", "save_interval=2ba", "fsdp={version: 2, state_dict_type: full}"),
-        *("--nproc", "2", "--master-port", str(_free_port())),
+        *("--nproc", "2", "--master-port", str(free_port())),
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
         cli = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err)
     procs: list[psutil.Process] = []
     try:
-        while not _checkpoint_batches(folder):  # training has started: both ranks run
+        while not (folder / "latest-rank0.pt").exists():  # a checkpoint is whole (its pointer is written after it)
             assert cli.poll() is None, (tmp_path / "err.txt").read_text()[-3000:]
             time.sleep(0.2)
         procs = psutil.Process(cli.pid).children(recursive=True)  # the launcher, the 2 ranks, their helpers
@@ -68,6 +63,14 @@ def test_sigterm_stops_every_rank_before_the_command_exits(sample_shards, tmp_pa
         )
         # at most the checkpoint in flight when the signal came (save_interval=2ba), none after it
         assert _checkpoint_batches(folder)[-1] <= saved[-1] + 2
+        # what the 2 FSDP2 ranks saved before the signal is one whole model (the full state dict, gathered
+        # on rank 0) that eval reads and scores
+        first = folder / f"ep0-ba{saved[0]}-rank0.pt"
+        r = CliRunner().invoke(
+            main, ["eval", "--checkpoint", str(first), "--data", str(eval_dir), "--max-batches", "2", "--json"]
+        )
+        assert r.exit_code == 0, r.output
+        assert 0 < json.loads(r.stdout)["bpb"] < 20
     finally:  # on a failure, leave no trainer behind
         for p in [psutil.Process(cli.pid), *procs] if cli.poll() is None else procs:
             if not _gone(p.pid):
@@ -76,7 +79,7 @@ def test_sigterm_stops_every_rank_before_the_command_exits(sample_shards, tmp_pa
 
 @pytest.mark.parametrize("how", ["option", "env"])
 def test_a_node_that_cannot_reach_node_0_says_so_after_the_rendezvous_timeout(how, tmp_path, monkeypatch):
-    port = _free_port()  # nobody listens there
+    port = free_port()  # nobody listens there
     nodes = ["--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", str(port)]
     if how == "option":
         nodes += ["--rendezvous-timeout", "3"]

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -24,6 +23,7 @@ from click.testing import CliRunner
 from hbpe.cli import main
 from hbpe.training.train.launch_command import launcher_command
 from tests.conftest import REPO
+from tests.helpers import free_port
 
 UNSHARE = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs tmpfs /dev/shm && exec "$@"', "sh"]
 
@@ -37,12 +37,6 @@ def _can_isolate_shm() -> bool:
 needs_isolation = pytest.mark.skipif(
     not _can_isolate_shm(), reason="needs `unshare -m` to give each node its own /dev/shm"
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _train(args: list[str], *, tmpdir) -> subprocess.Popen:
@@ -90,7 +84,7 @@ def two_node_run(sample_shards, tmp_path_factory):
     """One run of 4 batches on 2 nodes x 1 process (DDP over gloo), checkpoints at 2 and 4 batches."""
     root = tmp_path_factory.mktemp("multinode")
     folder = root / "run"
-    nodes = ["--nproc", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
+    nodes = ["--nproc", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
     nodes += ["--rendezvous-timeout", "600"]  # a loaded CI machine starts the two nodes seconds apart
     args = [*_common(sample_shards, folder), *nodes]
     node0 = _train([*args, "--node-rank", "0"], tmpdir=root / "tmp0")
@@ -120,7 +114,7 @@ def test_a_two_node_run_resumes_on_one_node_in_the_same_order(two_node_run, samp
     folder, _ = two_node_run
     resumed = tmp_path / "resumed"
     args = [*_common(sample_shards, resumed), f"load_path={folder / 'ep0-ba2-rank0.pt'}"]
-    r = _result(_train([*args, "--nproc", "2", "--master-port", str(_free_port())], tmpdir=tmp_path / "tmp"))
+    r = _result(_train([*args, "--nproc", "2", "--master-port", str(free_port())], tmpdir=tmp_path / "tmp"))
     assert r["world_size"] == 2 and r["batches"] == 4
     full, cut = _state(folder / "ep0-ba4-rank0.pt"), _state(resumed / "ep0-ba4-rank0.pt")
     assert cut["dataset_state"]["train"]["num_canonical_nodes"] == 2  # the checkpoint's, not this node count's 1

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
 import torch
 from composer import Callback, Event
 
 from hbpe.training.train.trainer import build_run, train
-from tests.conftest import REPO
 from tests.helpers import train_cfg
 
 
@@ -72,42 +68,6 @@ def test_autoresume_equals_uninterrupted(sample_shards, tmp_path):
     assert full_w.keys() == cut_w.keys()
     for k in full_w:
         torch.testing.assert_close(cut_w[k], full_w[k], rtol=0, atol=0, msg=k)
-
-
-def test_fsdp2_two_processes_over_gloo(sample_shards, tmp_path):
-    train_dir, eval_dir = sample_shards
-    folder = tmp_path / "fsdp"
-    with socket.socket() as sock:  # a free port, so parallel or repeated runs never collide
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    cmd = [
-        sys.executable,
-        "-m",
-        "composer.cli.launcher",
-        "-n",
-        "2",
-        "--master_port",
-        str(port),
-        "-m",
-        "hbpe.training.train.launch",
-        "tiny",
-        f"data.train={train_dir}",
-        f"data.eval={eval_dir}",
-        f"save_folder={folder}",
-        "max_duration=4ba",
-        "eval_interval=4ba",
-        "save_interval=4ba",
-        "fsdp={version: 2, state_dict_type: full}",
-        "log_interval=100ba",
-    ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
-    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
-    line = next(ln for ln in (r.stdout + r.stderr).splitlines() if "HBPE_RESULT" in ln)
-    result = json.loads(line.split("HBPE_RESULT ", 1)[1])
-    assert result["world_size"] == 2 and result["batches"] == 4
-    assert result["eval"]["BitsPerByte"] > 0
-    assert (folder / "latest-rank0.pt").exists()
 
 
 def test_reuse_shards_with_another_patch_size_and_the_bpe_baseline(sample_shards, tmp_path):

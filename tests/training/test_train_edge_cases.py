@@ -4,7 +4,6 @@ a user can cause are one `error:` line."""
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
@@ -199,14 +198,3 @@ def test_launch_prints_one_line_per_failure(sample_shards, tmp_path, capsys, mon
         'error: internal error: ValueError: fsdp_state_dict_type must be one of [None, "full", "sharded"], but '
         "got bogus (rerun with HBPE_DEBUG=1 for the traceback; please report it)"
     ], err
-
-
-def test_train_on_two_processes_prints_the_summary_like_one(sample_shards, tmp_path):
-    train_dir, eval_dir = sample_shards
-    args = ["train", "tiny", f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={tmp_path / 'run'}"]
-    extra = [*SHORT, "log_interval=100ba", "fsdp={version: 2, state_dict_type: full}", "--nproc", "2", "--json"]
-    r = CliRunner().invoke(main, [*args, *extra])
-    assert r.exit_code == 0, r.output
-    assert "HBPE_RESULT" not in r.output
-    result = json.loads(r.stdout[r.stdout.index("{") :])
-    assert result["world_size"] == 2 and result["batches"] == 2 and result["save_folder"] == str(tmp_path / "run")
