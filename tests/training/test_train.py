@@ -48,7 +48,9 @@ def _weights(folder):
 
 
 def test_autoresume_equals_uninterrupted(sample_shards, tmp_path):
+    # 2 eval batches, not the 27 of the held-out set: evaluation touches neither weights nor timestamps
     common = ("max_duration=8ba", "eval_interval=8ba", "save_interval=4ba", "autoresume=true", "run_name=resume-test")
+    common += ("eval_subset_num_batches=2",)
     train(train_cfg(sample_shards, tmp_path / "full", *common))
 
     cfg = train_cfg(sample_shards, tmp_path / "cut", *common)
@@ -118,6 +120,7 @@ def test_reuse_shards_with_another_patch_size_and_the_bpe_baseline(sample_shards
             "max_duration=3ba",
             "eval_interval=3ba",
             "save_interval=3ba",
+            "eval_subset_num_batches=2",  # a held-out BPB is all that is asked of it, not all 27 batches
             "data.max_patch_size=6",
             "data.mode=minimal",
         )
@@ -145,6 +148,7 @@ def test_reuse_shards_with_another_patch_size_and_the_bpe_baseline(sample_shards
             "max_duration=3ba",
             "eval_interval=3ba",
             "save_interval=3ba",
+            "eval_subset_num_batches=2",
             "model.io=bpe",
         )
     )
@@ -198,7 +202,7 @@ def test_a_run_that_stopped_before_its_first_checkpoint_does_not_block_a_rerun(s
 def test_a_save_folder_holding_a_run_is_refused_unless_resumed_or_replaced(sample_shards, tmp_path):
     from hbpe.schemas.errors import ConfigError
 
-    short = ("max_duration=2ba", "eval_interval=2ba", "save_interval=2ba")
+    short = ("max_duration=2ba", "eval_interval=2ba", "save_interval=2ba", "eval_subset_num_batches=1")
     first = train(train_cfg(sample_shards, tmp_path / "run", *short))
     with pytest.raises(ConfigError, match=r"already holds a run .*autoresume=true.*save_overwrite=true"):
         build_run(train_cfg(sample_shards, tmp_path / "run", *short))
