@@ -54,7 +54,7 @@ def test_autoresume_after_a_kill_between_checkpoint_and_symlink(sample_shards, t
 def test_save_overwrite_deletes_only_what_hbpe_wrote(sample_shards, tmp_path):
     """Before: save_overwrite=true removed a tokenizer/ folder holding the user's my-notes.md."""
     folder = tmp_path / "run"
-    short = ("max_duration=1ba", "eval_interval=1ba", "save_interval=1ba", "console=false")
+    short = ("max_duration=1ba", "eval_interval=1ba", "save_interval=1ba", "console=false", "eval_subset_num_batches=1")
     train(_cfg(sample_shards, folder, *short))
     notes = folder / "tokenizer" / "my-notes.md"
     notes.write_text("keep me")
@@ -98,7 +98,7 @@ def test_cli_save_overwrite_names_the_foreign_file(sample_shards, tmp_path):
 def test_autoresume_refuses_another_sample_order(sample_shards, tmp_path, override, message):
     """Before: autoresume=true with another global_batch_size trained on, with another order than the run's."""
     folder = tmp_path / "run"
-    short = ("eval_interval=1ba", "save_interval=1ba", "console=false", "autoresume=true")
+    short = ("eval_interval=1ba", "save_interval=1ba", "console=false", "autoresume=true", "eval_subset_num_batches=1")
     train(_cfg(sample_shards, folder, "max_duration=1ba", *short))
     train_dir, eval_dir = sample_shards
     args = [f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={folder}", "max_duration=2ba", *short]

@@ -27,7 +27,9 @@ def _rates(sample_shards, tmp_path, schedule: str) -> list[float]:
         "tiny",
         [f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={tmp_path / schedule}", "console=false",
          "max_duration=10ba", "eval_interval=10ba", "save_interval=10ba", "optim.lr=0.002", "optim.warmup=4ba",
-         f"optim.schedule={schedule}", "model.latent_layers=1", "model.encoder_layers=1", "model.decoder_layers=1"],
+         f"optim.schedule={schedule}", "model.latent_layers=1", "model.encoder_layers=1", "model.decoder_layers=1",
+         # the rates do not depend on the batch's size or the evaluation: 2 samples a batch, 1 eval batch
+         "global_batch_size=2", "eval_subset_num_batches=1"],
     )  # fmt: skip
     rates = _LearningRates()
     run = build_run(cfg, callbacks=[rates])

@@ -36,12 +36,12 @@ def test_a_refused_start_writes_no_run_files(sample_shards, tmp_path):
             build_run(_cfg(sample_shards, folder, *SHORT, override))
         assert not (folder / "hbpe_run.json").exists() and not (folder / "tokenizer").exists(), override
     # the mistake fixed, the same folder is taken (not "already holds a run")
-    assert train(_cfg(sample_shards, folder, *SHORT))["batches"] == 2
+    assert train(_cfg(sample_shards, folder, *SHORT, "eval_subset_num_batches=1"))["batches"] == 2
 
 
 def test_autoresume_refuses_another_model_and_a_finished_run(sample_shards, tmp_path):
     folder = tmp_path / "run"
-    train(_cfg(sample_shards, folder, *SHORT, "autoresume=true"))
+    train(_cfg(sample_shards, folder, *SHORT, "autoresume=true", "eval_subset_num_batches=1"))
     run_file = (folder / "hbpe_run.json").read_bytes()
     with pytest.raises(
         ConfigError, match=r"holds a run with another model or tokenizer \(model\.latent_layers 2 -> 3\)"
@@ -94,10 +94,11 @@ def test_fewer_samples_than_a_global_batch_is_refused(sample_shards, tmp_path):
 
 def test_save_overwrite_removes_the_old_runs_checkpoints_only(sample_shards, tmp_path):
     folder = tmp_path / "run"
-    train(_cfg(sample_shards, folder, "max_duration=4ba", "eval_interval=4ba", "save_interval=2ba", "console=false"))
+    first = ("max_duration=4ba", "eval_interval=4ba", "save_interval=2ba", "console=false", "eval_subset_num_batches=1")
+    train(_cfg(sample_shards, folder, *first))
     assert (folder / "ep0-ba4-rank0.pt").exists()
     (folder / "notes.txt").write_text("mine")
-    r = train(_cfg(sample_shards, folder, *SHORT, "save_overwrite=true"))
+    r = train(_cfg(sample_shards, folder, *SHORT, "save_overwrite=true", "eval_subset_num_batches=1"))
     assert r["batches"] == 2
     assert not (folder / "ep0-ba4-rank0.pt").exists()  # the old run's last checkpoint would be read as this run's
     assert (folder / "ep0-ba2-rank0.pt").exists() and (folder / "latest-rank0.pt").resolve().name == "ep0-ba2-rank0.pt"
