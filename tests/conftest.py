@@ -56,6 +56,16 @@ def pytest_collection_modifyitems(config, items):
         for name in GROUPED_FIXTURES:
             if name in fixtures:
                 item.add_marker(pytest.mark.xdist_group(name))
+    # longest first: xdist hands out tests in this order, so the multi-process groups and the end-to-end tests
+    # start early and the quick unit tests fill the other worker's gaps, instead of one long test at the end
+    # keeping one worker busy while the other idles (stable: files keep their order within each tier)
+    items.sort(key=_tier)
+
+
+def _tier(item) -> int:
+    if item.get_closest_marker("xdist_group"):
+        return 0
+    return 1 if item.get_closest_marker("e2e") else 2
 
 
 @pytest.fixture(scope="session")
