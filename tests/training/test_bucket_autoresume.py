@@ -23,6 +23,7 @@ from hbpe.training.train.config_io import load_config
 from tests.helpers import CacheHolder
 from tests.helpers import cli_fails as _fails
 
+TOKENIZER = ["tokenizer/first_stage.tiktoken", "tokenizer/hbpe_tokenizer.json"]
 EACH_BATCH = ("eval_interval=100ba", "save_interval=1ba", "console=false", "log_interval=100ba")
 
 
@@ -46,13 +47,16 @@ def _delete(s3, uri: str) -> None:
     boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1").delete_object(Bucket=bucket, Key=key)
 
 
-def test_bucket_autoresume_after_a_kill_between_checkpoint_and_pointer(s3, sample_shards, caplog):
+def test_bucket_autoresume_after_a_kill_between_checkpoint_and_pointer(s3, sample_shards, caplog, tmp_path):
     run = f"{s3.new_bucket()}/run"
     pointer = f"{run}/latest-rank0.pt.symlink"
-    assert _train(sample_shards, run, "max_duration=2ba", "run_name=kill-run")["batches"] == 2
-    assert storage.read_bytes(pointer) == b"run/ep0-ba2-rank0.pt"
-    # killed before the first pointer was uploaded (or it was lost): ep0-ba1 and ep0-ba2 and no pointer
-    _delete(s3, pointer)
+    # killed before the first pointer was uploaded (or it was lost): ep0-ba1, ep0-ba2, the run files and no
+    # pointer. The same files a run saves locally (Composer uploads what it saved; tests/training/
+    # test_object_stores.py checks a run's own uploads, pointer included): no uploader process to wait for
+    first = tmp_path / "first"
+    assert _train(sample_shards, str(first), "max_duration=2ba", "run_name=kill-run")["batches"] == 2
+    for name in ("ep0-ba1-rank0.pt", "ep0-ba2-rank0.pt", "hbpe_run.json", *TOKENIZER):  # no latest-rank0.pt
+        s3.put(f"{run}/{name}", (first / name).read_bytes())
     out = _train(sample_shards, run, "max_duration=3ba", "run_name=kill-run", "autoresume=true")
     assert (out["resumed_at_batch"], out["batches"]) == (2, 3)
     assert storage.read_bytes(pointer) == b"run/ep0-ba3-rank0.pt"
