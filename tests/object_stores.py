@@ -100,6 +100,19 @@ class ObjectStoreServer:
             with self.environment():
                 self._gcs_client().bucket(bucket).blob(key).upload_from_string(data)
 
+    def delete(self, uri: str) -> None:
+        """Delete one object (a test's direct delete, e.g. the pointer a killed run never uploaded)."""
+        bucket, _, key = uri.split("://", 1)[1].partition("/")
+        if self.scheme == "s3":
+            import boto3
+
+            boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1").delete_object(
+                Bucket=bucket, Key=key
+            )
+        else:
+            with self.environment():
+                self._gcs_client().bucket(bucket).blob(key).delete()
+
     def get(self, uri: str) -> bytes:
         """One object's bytes."""
         bucket, _, key = uri.split("://", 1)[1].partition("/")

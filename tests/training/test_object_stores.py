@@ -24,7 +24,7 @@ from composer import Callback, Event
 from hbpe.cli import main
 from hbpe.pipeline import storage
 from hbpe.schemas.errors import ConfigError
-from hbpe.training.checkpoint.save_folder import check_save_folder, clear_previous_run
+from hbpe.training.checkpoint.save_folder import check_save_folder, clear_previous_run, latest_checkpoint
 from hbpe.training.train.config_io import load_config
 from hbpe.training.train.trainer import build_run
 from tests.conftest import split_sample
@@ -71,7 +71,7 @@ def _json(*args: str) -> dict:
 
 
 def test_training_and_everything_after_it_in_a_bucket(
-    object_store, gpt2_tokenizer_dir, sample_shards, tmp_path, monkeypatch
+    object_store, gpt2_tokenizer_dir, sample_shards, tmp_path, monkeypatch, caplog
 ):
     """One conversion and one run per store (Beam's workers and Composer's uploads are processes that import
     their libraries: seconds each), then each step on it in turn; the steps are the functions below."""
@@ -89,7 +89,7 @@ def test_training_and_everything_after_it_in_a_bucket(
     a_second_run_is_refused_unless_it_resumes_the_same_model(store)
     eval_generate_and_export_from_the_bucket_equal_the_local_copy(store, sample_shards, tmp_path)
     consolidate_a_sharded_checkpoint_in_the_bucket(store, tmp_path)
-    autoresume_continues_from_the_bucket(store)
+    autoresume_continues_from_the_bucket(store, caplog)
 
 
 def a_corpus_in_the_bucket_converts_into_it_as_locally(store: BucketRun, tokenizer_dir, sample_shards, tmp) -> None:
@@ -195,11 +195,17 @@ class _FirstBatch(Callback):
             self.batch = int(state.timestamp.batch)
 
 
-def autoresume_continues_from_the_bucket(store: BucketRun) -> None:
+def autoresume_continues_from_the_bucket(store: BucketRun, caplog) -> None:
+    """The pointer names the newest checkpoint: autoresume takes it. Then the state a kill between a checkpoint's
+    upload and the pointer's leaves (issue 20; here no pointer at all): autoresume still continues from the newest
+    checkpoint (before: from batch 0, then Composer's FileExistsError at the save of ep0-ba4) and moves the pointer."""
     first = _FirstBatch()
     cfg = load_config(
         "tiny", store.overrides("max_duration=6ba", "eval_interval=6ba", "save_interval=2ba", "autoresume=true")
     )
+    caplog.clear()
+    assert latest_checkpoint(cfg) == f"{store.run}/ep0-ba4-rank0.pt" and "autoresume:" not in caplog.text
+    store.server.delete(f"{store.run}/latest-rank0.pt.symlink")
     run = build_run(cfg, callbacks=[first])
     run.trainer.fit()
     run.trainer.close()
