@@ -39,14 +39,13 @@ class ObjectStoreServer:
     scheme: str  # "s3" or "gs"
     endpoint: str
     env: dict[str, str] = field(default_factory=dict)
+    _clients: dict = field(default_factory=dict, repr=False)  # the stores' own clients, made once
 
     def new_bucket(self) -> str:
         """A new empty bucket, as `scheme://name` (names are unique within the test process)."""
         name = f"hbpe-{os.getpid()}-{next(_bucket_ids)}"
         if self.scheme == "s3":
-            import boto3
-
-            boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+            self._s3_client().create_bucket(Bucket=name)
         else:
             with self.environment():
                 self._gcs_client().create_bucket(name)
@@ -66,20 +65,31 @@ class ObjectStoreServer:
                 else:
                     os.environ[k] = v
 
-    def _gcs_client(self):
-        from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage
+    def _s3_client(self):
+        """One boto3 client per server, made in its environment (a new one per call cost ~0.15 s each)."""
+        if "s3" not in self._clients:
+            import boto3
 
-        return storage.Client(project="hbpe-test", credentials=AnonymousCredentials())
+            with self.environment():
+                self._clients["s3"] = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
+        return self._clients["s3"]
+
+    def _gcs_client(self):
+        """One google-cloud-storage client per server (it reads STORAGE_EMULATOR_HOST when made)."""
+        if "gs" not in self._clients:
+            from google.auth.credentials import AnonymousCredentials
+            from google.cloud import storage
+
+            with self.environment():
+                self._clients["gs"] = storage.Client(project="hbpe-test", credentials=AnonymousCredentials())
+        return self._clients["gs"]
 
     def list(self, uri: str) -> list[str]:
         """Object names under `uri` (`scheme://bucket/prefix`), relative to the prefix, sorted."""
         bucket, _, prefix = uri.split("://", 1)[1].partition("/")
         prefix = prefix.rstrip("/") + "/" if prefix else ""
         if self.scheme == "s3":
-            import boto3
-
-            client = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
+            client = self._s3_client()
             pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
             names = [o["Key"] for page in pages for o in page.get("Contents", [])]
         else:
@@ -91,22 +101,25 @@ class ObjectStoreServer:
         """Write one object (a test's direct write, e.g. to corrupt a shard behind hbpe's back)."""
         bucket, _, key = uri.split("://", 1)[1].partition("/")
         if self.scheme == "s3":
-            import boto3
-
-            boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1").put_object(
-                Bucket=bucket, Key=key, Body=data
-            )
+            self._s3_client().put_object(Bucket=bucket, Key=key, Body=data)
         else:
             with self.environment():
                 self._gcs_client().bucket(bucket).blob(key).upload_from_string(data)
+
+    def delete(self, uri: str) -> None:
+        """Delete one object (a test's direct delete, e.g. the pointer a killed run never uploaded)."""
+        bucket, _, key = uri.split("://", 1)[1].partition("/")
+        if self.scheme == "s3":
+            self._s3_client().delete_object(Bucket=bucket, Key=key)
+        else:
+            with self.environment():
+                self._gcs_client().bucket(bucket).blob(key).delete()
 
     def get(self, uri: str) -> bytes:
         """One object's bytes."""
         bucket, _, key = uri.split("://", 1)[1].partition("/")
         if self.scheme == "s3":
-            import boto3
-
-            client = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
+            client = self._s3_client()
             return client.get_object(Bucket=bucket, Key=key)["Body"].read()
         with self.environment():
             return self._gcs_client().bucket(bucket).blob(key).download_as_bytes()
