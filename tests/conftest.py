@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,31 +42,49 @@ E2E_MODULES = {
 }  # fmt: skip
 
 
-# fixtures that launch several training processes: every test that uses one runs on the same xdist worker
-# (`make test` passes --dist loadgroup), so each is built once per suite rather than once per worker
-GROUPED_FIXTURES = ("sharded_run", "two_node_run")
+# fixtures that launch several training processes, built once per suite however xdist deals out their tests
+# (`shared_between_workers`); the first test of each runs first, so that the workers start by building
+# different ones instead of one waiting for the other
+SHARED_FIXTURES = ("sharded_run", "two_node_run")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
 def pytest_collection_modifyitems(config, items):
+    builders: set[str] = set()
     for item in items:
         module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
         fixtures = set(getattr(item, "fixturenames", ()))
         if E2E_FIXTURES & fixtures or module in E2E_MODULES:
             item.add_marker(pytest.mark.e2e)
-        for name in GROUPED_FIXTURES:
-            if name in fixtures:
-                item.add_marker(pytest.mark.xdist_group(name))
-    # longest first: xdist hands out tests in this order, so the multi-process groups and the end-to-end tests
-    # start early and the quick unit tests fill the other worker's gaps, instead of one long test at the end
+        first = [name for name in SHARED_FIXTURES if name in fixtures and name not in builders]
+        builders.update(first)
+        item.stash[_TIER] = 0 if first else 1 if item.get_closest_marker("e2e") else 2
+    # longest first: xdist deals tests out in this order, so the multi-process runs and the end-to-end tests
+    # start early and the quick unit tests fill the gaps at the end, instead of one long test at the end
     # keeping one worker busy while the other idles (stable: files keep their order within each tier)
-    items.sort(key=_tier)
+    items.sort(key=lambda item: item.stash[_TIER])
 
 
-def _tier(item) -> int:
-    if item.get_closest_marker("xdist_group"):
-        return 0
-    return 1 if item.get_closest_marker("e2e") else 2
+_TIER = pytest.StashKey[int]()
+
+
+def shared_between_workers(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `name`, built by `build(folder)` once per test session: by the first xdist worker to ask (under a
+    file lock), then reused by the others. Tests read it; those that change files take a copy."""
+    import fcntl
+    import shutil
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's temporary folder, which holds each worker's own
+    folder = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a killed worker's process ends
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what an earlier failed attempt left
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
 
 
 @pytest.fixture(scope="session")
@@ -179,29 +198,33 @@ def sharded_run(sample_shards, tmp_path_factory) -> LaunchedRun:
     """`hbpe train --nproc 2 --json` as a user types it: FSDP2 over gloo with its default sharded state dict.
 
     2 batches, evaluated and saved at the end: every tensor of the checkpoint is split over the 2 ranks (a
-    folder, one data file per rank). One run serves the JSON-output, consolidation and sharded-checkpoint
-    safety tests (they share an xdist group: it is launched once per suite).
+    folder, one data file per rank). One run, launched once per suite, serves the JSON-output, consolidation
+    and sharded-checkpoint safety tests.
     """
     import subprocess
     import sys
 
     from tests.helpers import free_port
 
-    train_dir, eval_dir = sample_shards
-    root = tmp_path_factory.mktemp("sharded2")
+    def build(root: Path) -> None:
+        train_dir, eval_dir = sample_shards
+        cmd = [
+            *(sys.executable, "-m", "hbpe.cli", "train", "tiny", "fsdp={version: 2}"),
+            *(f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={root / 'run'}"),
+            *("max_duration=2ba", "eval_interval=2ba", "save_interval=2ba", "eval_subset_num_batches=2"),
+            *("--nproc", "2", "--master-port", str(free_port()), "--json"),
+        ]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "TMPDIR": str(root)}
+        r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        (root / "stdout.txt").write_text(r.stdout)
+        (root / "stderr.txt").write_text(r.stderr)
+
+    root = shared_between_workers(tmp_path_factory, "sharded-run", build)
     folder = root / "run"
-    cmd = [
-        *(sys.executable, "-m", "hbpe.cli", "train", "tiny"),
-        *(f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={folder}", "fsdp={version: 2}"),
-        *("max_duration=2ba", "eval_interval=2ba", "save_interval=2ba", "eval_subset_num_batches=2"),
-        *("--nproc", "2", "--master-port", str(free_port()), "--json"),
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "TMPDIR": str(root)}
-    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
     ckpt = folder / "latest-rank0.pt"
     assert (ckpt / ".metadata").is_file() and (ckpt / "__1_0.distcp").is_file()  # a folder, one file per rank
-    return LaunchedRun(folder, r.stdout, r.stderr)
+    return LaunchedRun(folder, (root / "stdout.txt").read_text(), (root / "stderr.txt").read_text())
 
 
 def copy_run(run: Path, dest: Path) -> Path:

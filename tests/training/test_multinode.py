@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from hbpe.cli import main
 from hbpe.training.train.launch_command import launcher_command
-from tests.conftest import REPO
+from tests.conftest import REPO, shared_between_workers
 from tests.helpers import free_port
 
 UNSHARE = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs tmpfs /dev/shm && exec "$@"', "sh"]
@@ -79,17 +79,21 @@ def _common(sample_shards, folder) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def two_node_run(sample_shards, tmp_path_factory):
-    """One run of 4 batches on 2 nodes x 1 process (DDP over gloo), checkpoints at 2 and 4 batches."""
-    root = tmp_path_factory.mktemp("multinode")
-    folder = root / "run"
-    nodes = ["--nproc", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
-    nodes += ["--rendezvous-timeout", "600"]  # a loaded CI machine starts the two nodes seconds apart
-    args = [*_common(sample_shards, folder), *nodes]
-    node0 = _train([*args, "--node-rank", "0"], tmpdir=root / "tmp0")
-    node1 = _train([*args, "--node-rank", "1"], tmpdir=root / "tmp1")
-    return folder, [_result(node0), _result(node1)]
+    """One run of 4 batches on 2 nodes x 1 process (DDP over gloo), checkpoints at 2 and 4 batches (once per suite)."""
+
+    def build(root) -> None:
+        folder = root / "run"
+        nodes = ["--nproc", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+        nodes += ["--rendezvous-timeout", "600"]  # a loaded CI machine starts the two nodes seconds apart
+        args = [*_common(sample_shards, folder), *nodes]
+        node0 = _train([*args, "--node-rank", "0"], tmpdir=root / "tmp0")
+        node1 = _train([*args, "--node-rank", "1"], tmpdir=root / "tmp1")
+        (root / "results.json").write_text(json.dumps([_result(node0), _result(node1)]))
+
+    root = shared_between_workers(tmp_path_factory, "two-node-run", build)
+    return root / "run", json.loads((root / "results.json").read_text())
 
 
 @needs_isolation
