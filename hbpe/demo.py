@@ -107,7 +107,7 @@ def run_demo(
             "log_interval=50ba",
             "console=false",
             "save_overwrite=true",  # a rerun of the demo replaces its previous run
-            f"eval_subset_num_batches={eval_batches or -1}",
+            f"eval_subset_num_batches={-1 if eval_batches is None else eval_batches}",  # 0: the config says why not
         ],
     )
     r = train(cfg)
