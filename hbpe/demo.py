@@ -38,12 +38,14 @@ def run_demo(
     max_patch_size: int = 10,
     seq_len: int = 128,
     train_batches: int = 300,
+    eval_batches: int | None = None,
     pipeline_args: Sequence[str] = (),
     on_step: Callable[[str], None] = lambda line: None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Every stage on the bundled sample; returns the artifacts' paths and each stage's result.
 
+    `eval_batches`: held-out batches the run's final eval and step 5 read (default: all of them);
     `pipeline_args` go to both Beam conversions (default: DirectRunner on all local cores);
     `progress`: the conversions' progress bars on stderr.
     """
@@ -105,6 +107,7 @@ def run_demo(
             "log_interval=50ba",
             "console=false",
             "save_overwrite=true",  # a rerun of the demo replaces its previous run
+            f"eval_subset_num_batches={-1 if eval_batches is None else eval_batches}",  # 0: the config says why not
         ],
     )
     r = train(cfg)
@@ -112,7 +115,7 @@ def run_demo(
     on_step(
         f"[4/6] train tiny ({r['params'] / 1e6:.2f}M params) on {r['device']}: {r['batches']} batches in {r['wall_s']:.0f}s, {thr['bytes_per_sec'] / 1e3:.1f} KB/s, {thr['patches_per_sec']:.0f} patches/s -> {train_dir}"
     )
-    ev = evaluate(str(train_dir), shards["eval"])
+    ev = evaluate(str(train_dir), shards["eval"], max_batches=eval_batches)
     on_step(
         f"[5/6] eval on held-out shards: BPB {ev['bpb']:.3f}, {ev['bytes_per_patch']:.2f} bytes/patch, {ev['symbols_per_patch']:.2f} symbols/patch"
     )

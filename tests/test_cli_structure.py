@@ -244,16 +244,23 @@ def test_quiet_beam(monkeypatch):
 
 
 def test_run_demo_reports_steps_and_returns_the_summary(tmp_path):
-    """The demo's library part, narrowed (2 batches, in-memory Beam): 7 step lines through the callback, a dict back."""
+    """The demo's library part, narrowed (2 batches, 2 held-out batches, in-memory Beam): 7 step lines through the
+    callback, a dict back."""
     from hbpe.demo import render_summary, run_demo
 
     lines: list[str] = []
     result = run_demo(
-        tmp_path / "demo", train_batches=2, seq_len=64, pipeline_args=IN_MEMORY_BEAM, on_step=lines.append
+        tmp_path / "demo",
+        train_batches=2,
+        eval_batches=2,
+        seq_len=64,
+        pipeline_args=IN_MEMORY_BEAM,
+        on_step=lines.append,
     )
     assert [line[:5] for line in lines] == ["[1/6]", "[2/6]", "[3/6]", "[3/6]", "[4/6]", "[4/6]", "[5/6]", "[6/6]"]
     assert "round trip exact" in lines[1] and "verify OK" in lines[2] and "verify OK" in lines[3]
     assert result["train"]["batches"] == 2 and result["eval"]["bpb"] > 0
+    assert result["eval"]["bpb"] == pytest.approx(result["train"]["eval"]["BitsPerByte"], rel=1e-5)  # the same 2
     assert Path(result["train_folder"]) == tmp_path / "demo" / "train"
     summary = render_summary(result).splitlines()
     assert summary[:3] == ["", "summary", f"  held-out BPB        {result['eval']['bpb']:.3f}"]

@@ -34,7 +34,7 @@ batches: 2
 eval_points: 1
 eval_batches: 1
 final_eval_batches: 1
-global_batch_size: 4
+global_batch_size: 2
 warmup: 1
 """
 SMALL = ["model.latent_layers=1", "model.encoder_layers=1", "model.decoder_layers=1"]

@@ -19,7 +19,7 @@ NARROW = [
     "eval_points=5",  # 5 curve points: the fit skips the first 20% of training (batch 1), keeps 4
     "eval_batches=1",
     "final_eval_batches=2",
-    "global_batch_size=4",
+    "global_batch_size=2",
     "warmup=1",
     "seeds=2",
     "model.latent_layers=1",
@@ -73,7 +73,7 @@ def test_spent_compute_is_counted_per_point_and_compared(report):
         assert 0 < pts[0]["train_flops_executed"] < pts[-1]["train_flops_executed"] <= r["train_flops_executed"]
         per_byte = r["train_flops_paper"] / r["train_bytes"]
         assert [p["train_flops_paper"] for p in pts] == pytest.approx([p["train_bytes"] * per_byte for p in pts])
-        assert r["context_bytes"] == pytest.approx(r["train_bytes"] / (5 * 4))  # bytes per sample as trained
+        assert r["context_bytes"] == pytest.approx(r["train_bytes"] / (5 * 2))  # bytes per sample as trained
     for key in ("train_flops_paper", "train_flops_executed"):
         eq = rep["equal_compute"][key]
         assert eq["train_flops"] == min(r["curve"][-1][key] for r in rep["runs"])

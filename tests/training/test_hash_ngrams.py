@@ -89,13 +89,14 @@ def test_short_run_with_given_boundaries_and_hash_ngrams_learns_and_generates(sa
 
     train_dir, eval_dir = sample_shards
     args = [f"data.train={train_dir}", f"data.eval={eval_dir}", "console=false", "max_duration=12ba"]
+    args += ["global_batch_size=4"]
     args += ["eval_interval=12ba", "save_interval=12ba", "optim.warmup=2ba", "eval_subset_num_batches=2"]
     args += [f"save_folder={tmp_path / 'run'}", "model.io=space", "model.patch_boundaries=given"]
     train(load_config("tiny", [*args, "model.hash_ngram_buckets=512"]))
     model, tok, _ = load_model(str(tmp_path / "run"))
     assert model.cfg.patch_boundaries == "given" and model.cfg.hash_ngram_buckets == 512  # recorded in the run
-    again = evaluate(str(tmp_path / "run"), str(eval_dir), batch_size=8, max_batches=2)
+    again = evaluate(str(tmp_path / "run"), str(eval_dir), batch_size=4, max_batches=2)
     uniform = math.log2(model.io.vocab_size) * again["symbols"] / again["bytes"]
-    assert 0 < again["bpb"] < 0.95 * uniform, (again["bpb"], uniform)
+    assert 0 < again["bpb"] < 0.95 * uniform, (again["bpb"], uniform)  # 0.74 measured (0.74 at batches of 8)
     g = generate(model, tok, "The Union", max_bytes=40, temperature=1.0, seed=1)  # uncached: hash tables
     assert g.new_bytes > 0 and g.patches > 0

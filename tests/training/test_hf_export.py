@@ -79,12 +79,13 @@ def test_bpb_through_transformers_equals_hbpe_eval(hf_dir, sample_shards):
     from hbpe.training import evaluate, load_model
 
     data = str(sample_shards[1])
-    want = evaluate(str(hf_dir), data, batch_size=8)
+    # the first 4 batches of 8 in `hbpe eval`'s order (max_batches takes that prefix), not the whole held-out set
+    want = evaluate(str(hf_dir), data, batch_size=8, max_batches=4)
     _, tok, _ = load_model(str(hf_dir))
     model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True).eval()
     nll = nbytes = 0.0
     with torch.inference_mode():
-        for batch in _eval_batches(data, tok, load_model(str(hf_dir))[0].cfg):
+        for batch in _eval_batches(data, tok, load_model(str(hf_dir))[0].cfg)[:4]:
             patches = torch.as_tensor(batch["patches"])
             nll += float(model(patches=patches, labels=patches).nll_sum)
             nbytes += int(batch["target_bytes"].sum())

@@ -16,6 +16,7 @@ def _train(sample_shards, folder, batches: int, *extra: str) -> dict:
     train_dir, eval_dir = sample_shards
     args = ["train", "tiny", f"data.train={train_dir}", f"data.eval={eval_dir}", f"save_folder={folder}"]
     args += [f"max_duration={batches}ba", "eval_interval=2ba", "save_interval=2ba", "eval_subset_num_batches=2"]
+    args += ["global_batch_size=4"]
     r = CliRunner().invoke(main, [*args, "console=false", *extra, "--json"])
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout)
@@ -23,7 +24,7 @@ def _train(sample_shards, folder, batches: int, *extra: str) -> dict:
 
 @pytest.fixture(scope="module")
 def metrics_run(sample_shards, tmp_path_factory):
-    """A 4-batch run (evaluated at 2 and 4), then resumed to 6 batches: the lines of both sessions."""
+    """A 4-batch run (evaluated at 2 and 4), then resumed to 6 batches: the lines of both sessions (batches of 4)."""
     folder = tmp_path_factory.mktemp("metrics") / "run"
     first = _train(sample_shards, folder, 4)
     lines_first = (folder / "metrics.jsonl").read_text().splitlines()
@@ -43,7 +44,7 @@ def test_metrics_file_holds_every_batch_and_eval_as_reported(metrics_run):
     assert [r["batch"] for r in data["train"]] == [1, 2, 3, 4, 5, 6]
     assert [r["batch"] for r in data["eval"]] == [2, 4, 6]
     for r in data["train"]:
-        assert r["samples"] == 8 * r["batch"]  # tiny: global batch 8
+        assert r["samples"] == 4 * r["batch"]  # global batch 4
         assert r["loss/train/total"] > 0 and r["metrics/train/BitsPerByte"] > 0 and "lr-AdamW/group0" in r
     bytes_seen = [r["bytes"] for r in data["train"]]
     assert all(b > a > 0 for a, b in zip(bytes_seen, bytes_seen[1:]))  # counted on across the resumption
