@@ -155,17 +155,45 @@ def _download(uri: str, local: str, timeout: float | None) -> bool:
     timeout = default_timeout() if timeout is None else timeout
 
     def fetch() -> bool:
-        from streaming.base.storage.download import CloudDownloader
-
         try:
-            CloudDownloader.direct_download(uri, local, timeout)  # read timeout of the store's client
+            _downloader(uri, timeout).download(uri, local, timeout)
         except Exception as e:
             if is_missing(e):
                 return False
+            _forget_downloaders()  # a failed client is not kept: the next call starts from a new one
             raise
         return True
 
     return with_deadline(fetch, f"cannot read {uri}", timeout, uri=uri)
+
+
+_DOWNLOADERS: dict[tuple, Any] = {}
+_DOWNLOADERS_LOCK = threading.Lock()
+_MAX_DOWNLOADERS = 8  # a process that switches stores and environments keeps a few, not one per switch
+
+
+def _downloader(uri: str, timeout: float) -> Any:
+    """streaming's downloader for `uri`'s store, made once and reused: each makes its own boto3 / GCS client
+    on first use (~0.15 s), which a shard-by-shard read (`hbpe shards verify` on a bucket) paid per file.
+
+    Keyed on what the client is built from: the scheme, the read timeout it is given, the environment
+    (endpoint, credentials) and the process (a forked child makes its own: clients are not fork-safe).
+    """
+    from streaming.base.storage.download import CloudDownloader
+
+    key = (uri.partition("://")[0], timeout, os.getpid(), frozenset(os.environ.items()))
+    with _DOWNLOADERS_LOCK:
+        downloader = _DOWNLOADERS.get(key)
+        if downloader is None:
+            if len(_DOWNLOADERS) >= _MAX_DOWNLOADERS:
+                _DOWNLOADERS.pop(next(iter(_DOWNLOADERS)))  # the oldest
+            downloader = _DOWNLOADERS[key] = CloudDownloader.get(uri)
+    return downloader
+
+
+def _forget_downloaders() -> None:
+    with _DOWNLOADERS_LOCK:
+        _DOWNLOADERS.clear()
 
 
 def is_missing(e: BaseException) -> bool:
