@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hbpe.schemas.errors import ConfigError
+
 # data/sample in a checkout (hbpe/sample links to it), inside the package in a wheel
 SAMPLE = Path(__file__).parent / "sample" / "en-sotu-sample.jsonl.zst"
 HELD_OUT_DOCS = 4
@@ -49,6 +51,8 @@ def run_demo(
     `pipeline_args` go to both Beam conversions (default: DirectRunner on all local cores);
     `progress`: the conversions' progress bars on stderr.
     """
+    if eval_batches is not None and (isinstance(eval_batches, bool) or eval_batches < 1):
+        raise ConfigError(f"eval_batches={eval_batches!r}: must be >= 1 (held-out batches), or None for all of them")
     from hbpe.pipeline.beam.convert import run_convert
     from hbpe.pipeline.shards.reader import ShardDir
     from hbpe.pipeline.shards.tools import verify

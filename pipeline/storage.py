@@ -155,16 +155,32 @@ def _download(uri: str, local: str, timeout: float | None) -> bool:
     timeout = default_timeout() if timeout is None else timeout
 
     def fetch() -> bool:
+        downloader = _downloader(uri, timeout)
         try:
-            _downloader(uri, timeout).download(uri, local, timeout)
+            downloader.download(uri, local, timeout)
         except Exception as e:
             if is_missing(e):
                 return False
-            _forget_downloaders()  # a failed client is not kept: the next call starts from a new one
             raise
+        finally:
+            if _is_unsigned(downloader):  # streaming fell back to anonymous reads (a 400): not for the next object
+                _forget_downloaders()
         return True
 
-    return with_deadline(fetch, f"cannot read {uri}", timeout, uri=uri)
+    try:
+        return with_deadline(fetch, f"cannot read {uri}", timeout, uri=uri)
+    except ArtifactError:
+        _forget_downloaders()  # a client that failed or hung is not kept: the next read starts from a new one
+        raise
+
+
+def _is_unsigned(downloader: Any) -> bool:
+    client = getattr(downloader, "_s3_client", None)
+    if client is None:
+        return False
+    from botocore import UNSIGNED
+
+    return client.meta.config.signature_version is UNSIGNED
 
 
 _DOWNLOADERS: dict[tuple, Any] = {}

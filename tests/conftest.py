@@ -43,8 +43,8 @@ E2E_MODULES = {
 
 
 # fixtures that launch several training processes, built once per suite however xdist deals out their tests
-# (`shared_between_workers`); the first test of each runs first, so that the workers start by building
-# different ones instead of one waiting for the other
+# (`shared_between_workers`); the first test of each comes first, so the runs are under way early and the
+# other tests that read them find them built (or wait on the lock) instead of starting them late
 SHARED_FIXTURES = ("sharded_run", "two_node_run")
 
 
@@ -79,10 +79,17 @@ def shared_between_workers(tmp_path_factory, name: str, build: Callable[[Path], 
     folder = root / name
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a killed worker's process ends
+        failed = root / f"{name}.failed"
+        if failed.exists():  # another worker's build failed: say so at once rather than launch it again
+            pytest.fail(f"building the shared {name} failed on another worker:\n{failed.read_text()}")
         if not (folder / ".built").exists():
             shutil.rmtree(folder, ignore_errors=True)  # what an earlier failed attempt left
             folder.mkdir()
-            build(folder)
+            try:
+                build(folder)
+            except BaseException as e:
+                failed.write_text(f"{type(e).__name__}: {e}"[-5000:])
+                raise
             (folder / ".built").touch()
     return folder
 

@@ -243,6 +243,15 @@ def test_quiet_beam(monkeypatch):
 # --------------------------------------------------------------------------- hbpe demo
 
 
+@pytest.mark.parametrize("eval_batches", [0, -1, True])
+def test_run_demo_refuses_an_eval_batches_that_is_not_a_count_before_it_starts(tmp_path, eval_batches):
+    from hbpe.demo import run_demo
+
+    with pytest.raises(HbpeError, match=rf"^eval_batches={eval_batches!r}: must be >= 1"):
+        run_demo(tmp_path / "demo", eval_batches=eval_batches)
+    assert not (tmp_path / "demo").exists()
+
+
 def test_run_demo_reports_steps_and_returns_the_summary(tmp_path):
     """The demo's library part, narrowed (2 batches, 2 held-out batches, in-memory Beam): 7 step lines through the
     callback, a dict back."""

@@ -24,6 +24,7 @@ from hbpe.pipeline.shards.reader import ShardDir, read_manifest
 from hbpe.pipeline.tokenizer import artifact
 from hbpe.schemas.errors import ArtifactError
 from hbpe.training.data import loader as data
+from tests.helpers import free_port
 
 REFUSED = "http://127.0.0.1:9"  # the discard port: nothing listens there, the connection is refused at once
 
@@ -120,6 +121,20 @@ def test_reads_reuse_one_client_per_store_environment_and_process(s3, tmp_path, 
     assert storage._downloader(f"{s3.uri}/x", storage.default_timeout()) is not first
     assert storage._downloader(f"{s3.uri}/x", 5.0) is not storage._downloader(f"{s3.uri}/x", 6.0)
     assert storage.read_bytes(f"{s3.uri}/many/2.bin") == bytes([2]) * 10  # moto takes any secret
+    # streaming switches a client to anonymous reads after a 400 and keeps it so: such a client is not kept
+    s3.client.put_object(Bucket=s3.name, Key="public.bin", Body=b"open", ACL="public-read")
+    unsigned = storage._downloader(f"{s3.uri}/x", storage.default_timeout())
+    unsigned._create_s3_client(unsigned=True)  # what streaming does on a 400 (a public object, say)
+    assert storage.read_bytes(f"{s3.uri}/public.bin") == b"open"
+    assert storage._downloader(f"{s3.uri}/x", storage.default_timeout()) is not unsigned
+    assert storage.read_bytes(f"{s3.uri}/many/1.bin") == bytes([1]) * 10  # a private object: signed again
+    # a failed read (here: an endpoint that refuses) forgets the clients: the next read starts from new ones
+    kept = storage._downloader(f"{s3.uri}/x", storage.default_timeout())
+    with monkeypatch.context() as m:
+        m.setenv("S3_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+        with pytest.raises(ArtifactError, match="Could not connect to the endpoint"):
+            storage.read_bytes(f"{s3.uri}/many/1.bin")
+    assert storage._downloader(f"{s3.uri}/x", storage.default_timeout()) is not kept
 
 
 def test_remote_writes_are_whole_and_a_missing_bucket_is_named(s3, tmp_path):

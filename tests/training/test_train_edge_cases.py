@@ -4,6 +4,7 @@ a user can cause are one `error:` line."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -199,3 +200,14 @@ def test_launch_prints_one_line_per_failure(sample_shards, tmp_path, capsys, mon
         'error: internal error: ValueError: fsdp_state_dict_type must be one of [None, "full", "sharded"], but '
         "got bogus (rerun with HBPE_DEBUG=1 for the traceback; please report it)"
     ], err
+    # a success under Composer's launcher run by hand (`composer -n N -m hbpe.training.train.launch`, README):
+    # rank 0 prints the result on one `HBPE_RESULT {json}` line; under `hbpe train --nproc N` it goes to a file
+    monkeypatch.delenv("HBPE_RESULT_FILE", raising=False)
+    launch_main([*base, f"save_folder={tmp_path / 'd'}", "eval_subset_num_batches=1"])
+    [line] = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("HBPE_RESULT ")]
+    assert json.loads(line.removeprefix("HBPE_RESULT "))["batches"] == 2
+    result_file = tmp_path / "result.json"
+    monkeypatch.setenv("HBPE_RESULT_FILE", str(result_file))
+    launch_main([*base, f"save_folder={tmp_path / 'e'}", "eval_subset_num_batches=1"])
+    assert "HBPE_RESULT" not in capsys.readouterr().out
+    assert json.loads(result_file.read_text())["save_folder"] == str(tmp_path / "e")

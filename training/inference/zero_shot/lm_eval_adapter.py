@@ -17,6 +17,7 @@ stop string; it needs the hierarchical model.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from lm_eval.api.model import LM
@@ -39,7 +40,7 @@ def _device_or_cpu(device: str | None) -> str | None:
     import torch
 
     # only lm-eval's cuda default is forgiven; every other bad name is resolve_device's error
-    if device and device.strip().lower().startswith("cuda") and not torch.cuda.is_available():
+    if device and re.fullmatch(r"cuda(:\d+)?", device.strip().lower()) and not torch.cuda.is_available():
         # once per model; with no handler configured, logging's last resort prints it on stderr
         log.warning(f"hbpe: device={device} but no CUDA GPU is visible: running on the CPU")
         return "cpu"
