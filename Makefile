@@ -25,11 +25,11 @@ demo: $(STAMP)
 	$(VENV)/bin/hbpe demo --out runs/demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --durations=15 tests
+	$(PY) -m pytest -q -n 2 --dist worksteal --durations=15 tests
 
 # unit tests only (no conversion, training or servers): under a minute
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n 2 -m "not e2e" tests
+	$(PY) -m pytest -q -n 2 --dist worksteal -m "not e2e" tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

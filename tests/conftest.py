@@ -58,9 +58,9 @@ def pytest_collection_modifyitems(config, items):
         first = [name for name in SHARED_FIXTURES if name in fixtures and name not in builders]
         builders.update(first)
         item.stash[_TIER] = 0 if first else 1 if item.get_closest_marker("e2e") else 2
-    # longest first: xdist deals tests out in this order, so the multi-process runs and the end-to-end tests
-    # start early and the quick unit tests fill the gaps at the end, instead of one long test at the end
-    # keeping one worker busy while the other idles (stable: files keep their order within each tier)
+    # longest first: xdist deals tests out in this order (and `make test` lets an idle worker take queued tests
+    # from a busy one: --dist worksteal), so the multi-process runs and the end-to-end tests start early and the
+    # quick unit tests fill the gaps at the end (stable: files keep their order within each tier)
     items.sort(key=lambda item: item.stash[_TIER])
 
 
