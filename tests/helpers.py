@@ -11,7 +11,6 @@ import gzip
 import json
 import math
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.train_config import model_config
 from hbpe.training.model.patch_lm import VocabSpec, build_model
 from hbpe.training.train.config_io import load_config
+from tests.object_stores import free_port  # noqa: F401  (one definition; light module, test files import it here)
 
 
 def cli_fails(r, code: int, message: str) -> None:
@@ -183,10 +183,3 @@ def comparable(files: dict[str, bytes]) -> dict[str, bytes]:
 def get_object(server, uri: str) -> bytes:
     """One object's bytes, read with the store's own client (not hbpe's)."""
     return server.get(uri)
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now, so parallel or repeated launches never collide."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

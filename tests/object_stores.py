@@ -139,7 +139,8 @@ class ObjectStoreServer:
         return Path(local)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port nobody listens on now, so parallel or repeated servers and launches never collide."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -175,7 +176,7 @@ def _serve(argv: list[str], port: int, log: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def s3_server(workdir: Path) -> Iterator[ObjectStoreServer]:
     """moto's S3 server on a free port of 127.0.0.1."""
-    port = _free_port()
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     argv = [str(_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
     env = {
@@ -191,7 +192,7 @@ def s3_server(workdir: Path) -> Iterator[ObjectStoreServer]:
 @contextlib.contextmanager
 def gcs_server(workdir: Path) -> Iterator[ObjectStoreServer]:
     """gcp-storage-emulator on a free port of 127.0.0.1, keeping its objects in memory."""
-    port = _free_port()
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     adc = workdir / "application_default_credentials.json"
     adc.write_text(

@@ -15,13 +15,7 @@ import pytest
 from hbpe.pipeline.beam.convert import run_convert
 from hbpe.schemas.convert_config import ConvertConfig
 from tests.conftest import SAMPLE_ZH
-from tests.helpers import dir_bytes, without_timing
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.helpers import dir_bytes, free_port, without_timing
 
 
 def _wait_for(port: int, proc: subprocess.Popen, log) -> None:
@@ -40,7 +34,7 @@ def _wait_for(port: int, proc: subprocess.Popen, log) -> None:
 @pytest.fixture
 def job_service_and_worker_pool(tmp_path):
     """(job endpoint, worker pool address): `local_job_service_main` and `worker_pool_main`, each its own process."""
-    job_port, pool_port = _free_port(), _free_port()
+    job_port, pool_port = free_port(), free_port()
     # the pool starts each SDK worker as `python -c ...`: this interpreter's directory first on PATH
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
     procs = []
