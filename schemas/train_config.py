@@ -26,6 +26,8 @@ from hbpe.schemas.locations import SUPPORTED_SCHEMES, check_location, is_uri
 # model.io: the paper's model and its baselines, all trained from the same shards (training/data/schemes.py)
 IO_SCHEMES = ("hierarchical", "bpe", "bytes", "space", "entropy")
 EMBEDDING_IOS = ("bpe", "bytes")  # one embedding row per latent position, the head on the latent model
+# model.local_layout (training/model/packing.py): the real positions of each patch only, or all S of them
+LOCAL_LAYOUTS = ("packed", "padded")
 PATCH_BOUNDARIES = ("eop", "given")  # model.patch_boundaries of the space and entropy baselines
 MAX_HASH_BUCKETS = 1 << 24  # rows per n-gram table (BLT's 500K is far below): an untrusted config asks no more
 
@@ -381,6 +383,9 @@ class ModelConfig(_Section):
     # space and entropy: BLT's hash n-gram embeddings (n = 3..8) added to the local encoder's byte embeddings,
     # one table of this many rows per n (0: none); training/hash_ngrams.py
     hash_ngram_buckets: int = 0
+    # the local models' positions (training/model/packing.py): "packed" computes the real symbols of each patch
+    # only; "padded" all S of every patch, PAD included (the paper's layout; the same function and weights)
+    local_layout: str = "packed"
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -400,6 +405,7 @@ class ModelConfig(_Section):
         _check_choice("model.conditioning", self.conditioning, ("prefix", "add"))
         _check_choice("model.io", self.io, IO_SCHEMES)
         _check_choice("model.patch_boundaries", self.patch_boundaries, PATCH_BOUNDARIES)
+        _check_choice("model.local_layout", self.local_layout, LOCAL_LAYOUTS)
         b = self.hash_ngram_buckets
         _check_range(
             "model.hash_ngram_buckets", 0 <= b <= MAX_HASH_BUCKETS, b, f"must be in 0..{MAX_HASH_BUCKETS}",

@@ -74,3 +74,10 @@ class HashNgramEmbedding(nn.Module):
         ids, real = ngram_ids(patches, self.buckets)  # (B, T, S, 6), (B, T, S)
         out = sum(table(ids[..., j]) for j, table in enumerate(self.tables))  # (B, T, S, d)
         return out * real.unsqueeze(-1).to(out.dtype)
+
+    def rows(self, patches: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """`forward` at the flat positions `rows` (N,) of (B, T, S) only -> (N, d): the packed local encoder's."""
+        ids, real = ngram_ids(patches, self.buckets)  # (B, T, S, 6), (B, T, S): hashes read the whole stream
+        ids = ids.reshape(-1, len(NGRAM_SIZES)).index_select(0, rows)  # (N, 6)
+        out = sum(table(ids[:, j]) for j, table in enumerate(self.tables))  # (N, d)
+        return out * real.reshape(-1).index_select(0, rows).unsqueeze(-1).to(out.dtype)

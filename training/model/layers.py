@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hbpe.training.model.packing import PatchPacking
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
@@ -30,6 +32,11 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+def rope_rows(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """`rope` of packed rows x (N, H, Dh), row i at positions[i] (N,): the same angles, the same products."""
+    return rope(x.transpose(0, 1), positions, theta).transpose(0, 1)  # (H, N, Dh) rotated as (B=H, L=N)
 
 
 class KVCache:
@@ -62,7 +69,10 @@ class Attention(nn.Module):
         key_mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
         layer: int = 0,
+        packing: PatchPacking | None = None,
     ) -> torch.Tensor:
+        if packing is not None:
+            return self._packed(x, packing, causal=causal)
         B, L, D = x.shape
         q, k, v = self.qkv(x).view(B, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)  # 3 x (B, H, L, Dh)
         start = cache.length if cache is not None else 0
@@ -81,6 +91,25 @@ class Attention(nn.Module):
             mask = tri if mask is None else (mask & tri)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
         return self.out(y.transpose(1, 2).reshape(B, L, D))
+
+    def _packed(self, x: torch.Tensor, packing: PatchPacking, *, causal: bool) -> torch.Tensor:
+        """Packed rows x (N, D) of M patches -> (N, D); each patch attends within itself, to its real positions.
+
+        The projections run on the N rows; q, k, v meet in the (M, L) scratch of `packing` (one SDPA call).
+        Real positions come first in a patch, so for a causal model the causal mask alone keeps every real
+        query off PAD keys; bidirectional attention masks PAD keys as the padded path does.
+        """
+        N, D = x.shape
+        H = self.heads
+        q, k, v = self.qkv(x).view(N, 3, H, D // H).unbind(1)  # 3 x (N, H, Dh)
+        q, k = rope_rows(q, packing.col, self.theta), rope_rows(k, packing.col, self.theta)
+        grid = packing.scatter(torch.cat([q, k, v], dim=1).view(N, 3 * D))  # (M, L, 3D)
+        M, L = packing.patches, packing.width
+        q, k, v = grid.view(M, L, 3, H, D // H).permute(2, 0, 3, 1, 4)  # 3 x (M, H, L, Dh)
+        mask = None if causal else packing.key_mask[:, None, None, :]  # (M, 1, 1, L)
+        drop = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop, is_causal=causal and L > 1)
+        return self.out(packing.gather(y.transpose(1, 2).reshape(M, L, D)))  # (N, D)
 
 
 class SwiGLU(nn.Module):
@@ -111,8 +140,9 @@ class Block(nn.Module):
         key_mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
         layer: int = 0,
+        packing: PatchPacking | None = None,
     ) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), causal=causal, key_mask=key_mask, cache=cache, layer=layer)
+        x = x + self.attn(self.norm1(x), causal=causal, key_mask=key_mask, cache=cache, layer=layer, packing=packing)
         return x + self.mlp(self.norm2(x))
 
 
@@ -125,10 +155,17 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(dim)
 
     def forward(
-        self, x: torch.Tensor, *, causal: bool, key_mask: torch.Tensor | None = None, cache: KVCache | None = None
+        self,
+        x: torch.Tensor,
+        *,
+        causal: bool,
+        key_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        packing: PatchPacking | None = None,
     ) -> torch.Tensor:
+        """x (B, L, D), or with `packing` the real positions of M patches as rows (N, D) (training/model/packing.py)."""
         for i, block in enumerate(self.blocks):
-            x = block(x, causal=causal, key_mask=key_mask, cache=cache, layer=i)
+            x = block(x, causal=causal, key_mask=key_mask, cache=cache, layer=i, packing=packing)
         if cache is not None:
             cache.length += x.shape[1]  # every layer of this pass used the same start position
         return self.norm(x)

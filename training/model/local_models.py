@@ -18,6 +18,7 @@ from hbpe.schemas.symbols import PAD
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.model.hash_ngrams import HashNgramEmbedding
 from hbpe.training.model.layers import KVCache, Transformer
+from hbpe.training.model.packing import PatchPacking
 
 
 def _local_transformer(cfg: ModelConfig, layers: int) -> Transformer:
@@ -42,7 +43,7 @@ class LocalEncoder(nn.Module):
 
     def __init__(self, cfg: ModelConfig, embed: nn.Embedding) -> None:
         super().__init__()
-        self.pooling = cfg.pooling
+        self.pooling, self.packed = cfg.pooling, cfg.local_layout == "packed"
         self.embed = embed
         self.transformer = _local_transformer(cfg, cfg.encoder_layers)
         self.to_latent = nn.Linear(cfg.local_dim, cfg.latent_dim, bias=False)
@@ -54,6 +55,8 @@ class LocalEncoder(nn.Module):
 
     def forward(self, patches: torch.Tensor) -> torch.Tensor:
         """(B, T, S) symbols -> e (B, T, D); every patch is encoded on its own (hash n-grams read back across)."""
+        if self.packed:
+            return self._forward_packed(patches)
         B, T, S = patches.shape
         flat = patches.reshape(B * T, S)  # (M, S)
         real = flat != PAD  # (M, S)
@@ -71,6 +74,32 @@ class LocalEncoder(nn.Module):
             pooled = x[torch.arange(B * T, device=x.device), last]  # (M, d)
         return self.to_latent(pooled).view(B, T, -1)  # (B, T, D)
 
+    def _forward_packed(self, patches: torch.Tensor) -> torch.Tensor:
+        """`forward` on the real symbols only (training/model/packing.py): the same e, PAD never computed.
+
+        An all-PAD (tail) patch keeps its first position, as the padded path lets it attend there:
+        its e is the same (0 under mean pooling; that position's state under eop pooling).
+        """
+        B, T, S = patches.shape
+        flat = patches.reshape(B * T, S)  # (M, S)
+        real = flat != PAD  # (M, S)
+        kept = real.clone()
+        kept[:, 0] = True  # (M, S)
+        packing = PatchPacking.from_real(kept)
+        x = self.embed(flat.reshape(-1).index_select(0, packing.rows))  # (N, d)
+        if self.hash_ngrams is not None:
+            x = x + self.hash_ngrams.rows(patches, packing.rows)  # (N, d): + sum_n H_n[hash_n]
+        x = self.transformer(x, causal=False, packing=packing)  # (N, d)
+        M = packing.patches
+        if self.pooling == "mean":
+            w = real.reshape(-1).index_select(0, packing.rows).unsqueeze(-1).to(x.dtype)  # (N, 1)
+            sums = x.new_zeros(M, x.shape[-1]).index_add_(0, packing.patch, x * w)  # (M, d)
+            pooled = sums / real.sum(1, keepdim=True).to(x.dtype).clamp_min(1.0)  # (M, d)
+        else:
+            last = packing.counts.cumsum(0) - 1  # (M,) the row of each patch's last kept position
+            pooled = x.index_select(0, last)  # (M, d)
+        return self.to_latent(pooled).view(B, T, -1)  # (B, T, D)
+
 
 class LocalDecoder(nn.Module):
     """m_psi: h_t and the first s-1 symbols of patch t+1 -> logits of its symbol s.
@@ -83,6 +112,7 @@ class LocalDecoder(nn.Module):
     def __init__(self, cfg: ModelConfig, embed: nn.Embedding, *, vocab_size: int) -> None:
         super().__init__()
         self.conditioning, self.vocab_size = cfg.conditioning, vocab_size
+        self.packed = cfg.local_layout == "packed"
         self.from_latent = nn.Linear(cfg.latent_dim, cfg.local_dim, bias=False)
         # only "add" conditioning uses a start vector; an unused parameter would have no optimizer
         # state and break checkpoint resumption
@@ -106,6 +136,23 @@ class LocalDecoder(nn.Module):
         """Teacher forcing: h (M, D), the patches it predicts (M, S) -> logits (M, S, V) of all S symbols."""
         x = self.inputs(h, patches[:, :-1])  # (M, S, d): position s sees h and symbols < s
         return self.head(self.transformer(x, causal=True))  # (M, S, V)
+
+    def forward_packed(self, h: torch.Tensor, patches: torch.Tensor, packing: PatchPacking) -> torch.Tensor:
+        """Teacher forcing on the real targets only: h (M, D), patches (M, S), `packing` of their real symbols
+        -> logits (N, V), row i predicting symbol packing.col[i] of patch packing.patch[i] (`forward`'s rows).
+
+        Position s reads h and symbols < s, so position 0 is the conditioning input and position s > 0
+        the embedding of symbol s - 1 of the same patch.
+        """
+        c = self.from_latent(h).index_select(0, packing.patch)  # (N, d): h_t of each row's patch
+        prev = patches.reshape(-1).index_select(0, (packing.rows - 1).clamp_min(0))  # (N,) symbol s - 1
+        first = (packing.col == 0).unsqueeze(-1)  # (N, 1)
+        emb = self.embed(prev)  # (N, d)
+        if self.conditioning == "prefix":
+            x = torch.where(first, c, emb)  # (N, d)
+        else:
+            x = torch.where(first, self.start.expand_as(emb), emb) + c  # (N, d)
+        return self.head(self.transformer(x, causal=True, packing=packing))  # (N, V)
 
     def symbol_logits(self, h: torch.Tensor, prefix: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         """Logits (M, V) of the next symbol of the patch after h (M, D), given its first k symbols (M, k).

@@ -5,7 +5,9 @@ latent states become predictions. The latent transformer is shared; each scheme
 Contract (B batch, T context positions):
     encode(batch)       -> e (B, T, D_latent)     from the first T positions
     decode(h, batch)    -> (logits (M, V), targets (M,))  predictions of positions 2..T+1,
-                           flattened, targets == IGNORE where nothing is predicted
+                           flattened, targets == IGNORE where nothing is predicted; with packed
+                           local models (model.local_layout) PAD targets have no row at all
+    decoded_slots(batch) -> (B*T*P,) bool: which target slots decode's rows stand for
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from hbpe.schemas.symbols import PAD, TOKEN_EOD, TOKEN_PAD
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.model.layers import KVCache
 from hbpe.training.model.local_models import LocalDecoder, LocalEncoder
+from hbpe.training.model.packing import PatchPacking
 
 IGNORE = -100
 
@@ -32,6 +35,11 @@ class PatchIO(nn.Module):
         self, h: torch.Tensor, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:  # pragma: no cover
         raise NotImplementedError
+
+    def decoded_slots(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B*T*P,) bool over P targets per position: the slots `decode` returns rows for (all, unless packed)."""
+        tokens = batch["tokens"][:, 1:].reshape(-1)
+        return torch.ones_like(tokens, dtype=torch.bool)
 
 
 class HierarchicalPatchIO(PatchIO):
@@ -63,9 +71,20 @@ class HierarchicalPatchIO(PatchIO):
         targets = batch["patches"][:, 1:]  # (B, T, S): patch t+1 predicted from h_t
         B, T, S = targets.shape
         tgt = targets.reshape(B * T, S)  # (BT, S)
+        context = context_targets(batch, B, T).reshape(B * T, 1)  # (BT, 1)
+        if self.decoder.packed:  # only the real symbols: N rows, the padded rows' order with PAD left out
+            packing = PatchPacking.from_real(tgt != PAD)
+            logits = self.decoder.forward_packed(h.reshape(B * T, -1), tgt, packing)  # (N, V)
+            scored = tgt.reshape(-1).index_select(0, packing.rows)  # (N,)
+            return logits, scored.masked_fill(context.reshape(-1).index_select(0, packing.patch), IGNORE)
         logits = self.decoder(h.reshape(B * T, -1), tgt)  # (BT, S, V)
-        ignore = (tgt == PAD) | context_targets(batch, B, T).reshape(B * T, 1)
+        ignore = (tgt == PAD) | context
         return logits.reshape(-1, self.vocab_size), tgt.masked_fill(ignore, IGNORE).reshape(-1)  # (BTS, V), (BTS,)
+
+    def decoded_slots(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B*T*S,) bool: which of the padded layout's target slots `decode` returns a row for, in order."""
+        targets = batch["patches"][:, 1:].reshape(-1)  # (BTS,)
+        return targets != PAD if self.decoder.packed else torch.ones_like(targets, dtype=torch.bool)
 
     def symbol_logits(self, h: torch.Tensor, prefix: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         """m_psi for generation: logits (M, V) of the next symbol after h (M, D) and prefix (M, k)."""

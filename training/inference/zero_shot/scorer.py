@@ -93,11 +93,12 @@ def predict_scored(model, batch: dict, mask: torch.Tensor) -> tuple[torch.Tensor
     at = mask.reshape(B, T, -1)  # (B, T, P): P targets per position (S symbols, or 1 token)
     b, t = at.any(-1).nonzero(as_tuple=True)  # (N,), (N,): positions with a scored target
     step = {k: torch.stack([v[b, t], v[b, t + 1]], dim=1) for k, v in batch.items()}  # (N, 2, ...)
-    logits, targets = model.io.decode(h[b, t].unsqueeze(1), step)  # (N * P, V), (N * P,)
-    keep = at[b, t].reshape(-1)  # (N * P,)
+    logits, targets = model.io.decode(h[b, t].unsqueeze(1), step)  # (R, V), (R,): R <= N * P slots decoded
+    slots = model.io.decoded_slots(step)  # (N * P,): the slots decode's rows stand for (packed: no PAD)
+    keep = at[b, t].reshape(-1)[slots]  # (R,)
     if keep.numel() != targets.numel():
         raise HbpeError(f"internal: {keep.numel()} scored slots but the model predicts {targets.numel()} targets")
-    owner = b.repeat_interleave(at.shape[-1])  # (N * P,)
+    owner = b.repeat_interleave(at.shape[-1])[slots]  # (R,)
     return logits[keep], targets[keep], owner[keep]
 
 

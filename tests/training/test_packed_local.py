@@ -1,0 +1,148 @@
+"""Packed local models (model.local_layout=packed) compute the padded model's function on real symbols only.
+
+Every scheme with local models (hierarchical, space, entropy) and every option that changes the local
+side (pooling, conditioning, patch boundaries, hash n-grams), on a 3-layer-per-stack model with wide
+weights: loss, per-position logits and BPB equal at 1e-5 in fp32, gradients of every parameter equal,
+the weights of one layout load in the other, and greedy generation gives the same text.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hbpe.pipeline.shards.reader import ShardDir
+from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.symbols import PAD
+from hbpe.schemas.train_config import model_config
+from hbpe.training.data.schemes import BytePatchScheme, build_scheme, vocabulary_bytes
+from hbpe.training.inference.generate import generate_batch
+from hbpe.training.model.packing import PatchPacking
+from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
+from hbpe.training.model.patch_lm import VocabSpec, build_model
+
+DEEP = dict(encoder_layers=3, decoder_layers=3, latent_layers=3)
+
+
+class _FixedEntropy:
+    """Entropies from a deterministic function of the bytes: entropy patching's cuts without a trained model."""
+
+    def entropies(self, units):
+        return [((u * 7919) % 97 / 20.0).astype(np.float32) for u in units]
+
+
+CASES = {
+    "hierarchical-mean-prefix": dict(io="hierarchical"),
+    "hierarchical-eop-add": dict(io="hierarchical", pooling="eop", conditioning="add"),
+    "space-eop-boundaries": dict(io="space"),
+    "space-given-hash-ngrams": dict(io="space", patch_boundaries="given", hash_ngram_buckets=97),
+    "entropy-unbounded-eop-pooling": dict(io="entropy", pooling="eop", entropy_bounded=False),
+}
+
+
+@pytest.fixture(scope="module")
+def shard_rows(sample_shards):
+    d = ShardDir(sample_shards[0])
+    rows = [np.asarray(s["tokens"], dtype=np.int32) for _, s in zip(range(6), d.samples())]
+    return d.tokenizer, np.stack(rows)
+
+
+def _cfg(case: str, layout: str):
+    extra = dict(CASES[case])
+    if extra["io"] == "entropy":
+        extra.update(entropy_model="unused.pt", entropy_threshold=2.0)
+    return model_config("tiny", **DEEP, **extra, local_layout=layout)
+
+
+def _batch(cfg, tok, rows) -> dict[str, torch.Tensor]:
+    if cfg.io == "entropy":
+        vocab = vocabulary_bytes(tok)
+        scheme = BytePatchScheme(vocab, None, _FixedEntropy(), cfg.entropy_threshold, eop=cfg.patch_boundaries == "eop")
+    else:
+        scheme = build_scheme(cfg, tok, derive=True)
+    return {k: torch.from_numpy(np.asarray(v, dtype=np.int64)) for k, v in scheme.batch(rows, None).items()}
+
+
+def _wide(model, seed: int = 3):
+    """Weights far from the 0.02 init (logits far from uniform), norms' gains away from 1."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=g) * 2.0 / math.sqrt(p.shape[1]))
+            else:
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+    return model
+
+
+def _pair(case: str, tok):
+    spec = VocabSpec.from_tokenizer(tok)
+    padded = _wide(build_model(_cfg(case, "padded"), spec))
+    packed = build_model(_cfg(case, "packed"), spec)
+    packed.load_state_dict(padded.state_dict())  # one layout's weights load in the other
+    return padded, packed
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_packed_equals_padded_loss_logits_bpb_and_gradients(shard_rows, case):
+    tok, rows = shard_rows
+    padded, packed = _pair(case, tok)
+    batch = _batch(padded.cfg, tok, rows)
+    assert (batch["patches"] == PAD).float().mean() > 0.2  # the case has PAD to skip
+
+    (lp, tp), (lk, tk) = padded(batch), packed(batch)
+    slots = packed.io.decoded_slots(batch)
+    assert lk.shape[0] == int(slots.sum()) < lp.shape[0]  # packed: no row for a PAD target
+    assert torch.equal(tp[slots], tk)
+    assert (tp[~slots] == IGNORE).all()  # what packing leaves out was never scored
+    torch.testing.assert_close(lk, lp[slots], rtol=1e-5, atol=1e-5)  # every real position's logits
+
+    nll_p, nll_k = cross_entropy_sum(lp, tp), cross_entropy_sum(lk, tk)
+    count = int((tk != IGNORE).sum())
+    nbytes = int(batch["target_bytes"].sum())
+    assert float(nll_k) / count == pytest.approx(float(nll_p) / count, rel=1e-5)  # the training loss
+    assert float(nll_k) / math.log(2) / nbytes == pytest.approx(float(nll_p) / math.log(2) / nbytes, rel=1e-5)
+
+    (nll_p / count).backward()
+    (nll_k / count).backward()
+    grads_k = dict(packed.named_parameters())
+    for name, p in padded.named_parameters():
+        gp, gk = p.grad, grads_k[name].grad
+        assert gk is not None, name
+        # fp32 sums over thousands of positions in another order: relative to the gradient's own scale
+        scale = gp.abs().max().clamp_min(1e-12)
+        assert float((gp - gk).abs().max() / scale) < 1e-4, name
+
+
+@pytest.mark.parametrize("case", ["hierarchical-mean-prefix", "hierarchical-eop-add"])
+def test_greedy_generation_is_the_same_text(shard_rows, case):
+    tok, _ = shard_rows
+    padded, packed = _pair(case, tok)
+    prompts = ["The state of the Union", "We"]
+    for use_cache in (False, True):
+        a = generate_batch(padded.eval(), tok, prompts, max_bytes=40, use_cache=use_cache)
+        b = generate_batch(packed.eval(), tok, prompts, max_bytes=40, use_cache=use_cache)
+        assert [r.text for r in a] == [r.text for r in b]
+
+
+def test_packing_rows_and_scratch():
+    real = torch.tensor([[True, True, True], [False, False, False], [True, False, False]])
+    p = PatchPacking.from_real(real)
+    assert p.rows.tolist() == [0, 1, 2, 6] and p.width == 3 and p.size == 4
+    assert p.key_mask.tolist() == [[True, True, True], [False, False, False], [True, False, False]]
+    x = torch.arange(8.0).view(4, 2)
+    assert torch.equal(p.gather(p.scatter(x)), x)
+    assert p.padded_attention_share() == (27, 10)
+
+
+def test_a_real_symbol_after_pad_is_refused():
+    with pytest.raises(Exception, match="real symbol after PAD"):
+        PatchPacking.from_real(torch.tensor([[True, False, True]]))
+
+
+def test_the_layout_is_a_checked_choice():
+    with pytest.raises(ConfigError, match="model.local_layout"):
+        model_config("tiny", local_layout="sparse")
