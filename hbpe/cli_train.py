@@ -458,18 +458,66 @@ def checkpoint_consolidate_cmd(path: str, out: str | None, overwrite: bool, as_j
 @click.argument("config")
 @click.argument("overrides", nargs=-1)
 @click.option("--batches", type=click.IntRange(min=2), default=20, help="Batches to time (the first one is warm-up).")
+@click.option(
+    "--compare",
+    "variants",
+    multiple=True,
+    metavar='"NAME [KEY=VALUE ...]"',
+    help="A model to run side by side in this process: a name, then overrides on top of CONFIG's. Repeat it; "
+    "ratios are to the first.",
+)
+@click.option("--repeat", type=click.IntRange(min=1), default=3, help="With --compare: rounds, medians reported.")
 @json_option()
-def bench_train_cmd(config: str, overrides: tuple[str, ...], batches: int, as_json: bool) -> None:
+def bench_train_cmd(
+    config: str, overrides: tuple[str, ...], batches: int, variants: tuple[str, ...], repeat: int, as_json: bool
+) -> None:
     """Training bytes/s and patches/s (and MFU on a GPU) for CONFIG (a path or tiny/small/medium) with overrides.
 
-    \b
-    Example:
-      hbpe bench train tiny data.train=runs/demo/shards-train --batches 5
-    """
-    from hbpe.training import bench_train, load_config
+    With --compare, each named variant trains in turn in this one process, `--repeat` rounds interleaved,
+    and the medians are printed with ratios to the first: bytes of text per second, executed FLOPs per
+    byte and per second, the PAD share of executed FLOPs, peak memory.
 
-    cfg = load_config(config, list(_quiet_console(overrides)))
-    _emit(bench_train(cfg, batches=batches), as_json, _render_bench_train)
+    \b
+    Examples:
+      hbpe bench train tiny data.train=runs/demo/shards-train --batches 5
+      hbpe bench train tiny data.train=runs/demo/shards-train --batches 10 --repeat 3 \\
+        --compare "packed" --compare "padded model.local_layout=padded" --compare "bpe model.io=bpe"
+    """
+    import shlex
+
+    from hbpe.training import bench_train, bench_train_side_by_side, load_config
+
+    base = list(_quiet_console(overrides))
+    if not variants:
+        _emit(bench_train(load_config(config, base), batches=batches), as_json, _render_bench_train)
+        return
+    configs = {}
+    for v in variants:
+        name, *extra = shlex.split(v) or [""]
+        if not name or "=" in name or name in configs:
+            raise click.BadParameter(
+                f"{v!r}: each --compare starts with a new name, then KEY=VALUE overrides; "
+                'e.g. --compare "padded model.local_layout=padded"',
+                param_hint="--compare",
+            )
+        configs[name] = load_config(config, [*base, *extra])
+    _emit(bench_train_side_by_side(configs, batches=batches, repeat=repeat), as_json, _render_side_by_side)
+
+
+def _render_side_by_side(r: dict[str, Any]) -> str:
+    lines = [
+        f"{r['batches']} batches x {r['repeat']} rounds, {r['threads']} torch threads, load {r['load']} (medians):",
+        f"{'model':<12} {'params':>7} {'KB/s':>7} {'ratio':>6} {'GFLOP/B':>8} {'GFLOP/s':>8} {'PAD':>5} "
+        f"{'peak MB':>8} {'ratio':>6}  KB/s of each round",
+    ]
+    for name, v in r["variants"].items():
+        lines.append(
+            f"{name:<12} {v['params'] / 1e6:>6.2f}M {v['bytes_per_sec'] / 1e3:>7.1f} {v['bytes_per_sec_ratio']:>6.2f} "
+            f"{v['executed_flops_per_byte'] / 1e9:>8.4f} {v['executed_flops_per_sec'] / 1e9:>8.2f} "
+            f"{v['pad_share']:>5.1%} {v['peak_memory_bytes'] / 2**20:>8.1f} {v['memory_ratio']:>6.2f}  "
+            + ", ".join(f"{x / 1e3:.1f}" for x in v["bytes_per_sec_all"])
+        )
+    return "\n".join(lines)
 
 
 def _render_bench_train(r: dict[str, Any]) -> str:

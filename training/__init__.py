@@ -71,6 +71,7 @@ _API = {
     "load_yaml": "hbpe.training.train.config_io",
     # benchmarks
     "bench_train": "hbpe.training.bench",
+    "bench_train_side_by_side": "hbpe.training.bench",
     "bench_generate": "hbpe.training.bench",
 }
 __all__ = sorted(_API)

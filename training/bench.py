@@ -14,12 +14,13 @@ from hbpe.training.train.trainer import build_run
 
 
 def bench_train(cfg: TrainConfig, *, batches: int) -> dict:
-    """Train `batches` batches (no eval, no checkpoints); bytes/s, patches/s, MFU when on GPU."""
+    """Train `batches` batches (no eval, no checkpoints); bytes/s, patches/s, executed FLOPs, peak memory
+    above the start (GPU: allocated; CPU: resident), MFU when on GPU."""
     from dataclasses import replace
 
     from composer.loggers import InMemoryLogger
 
-    with tempfile.TemporaryDirectory(prefix="hbpe-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="hbpe-bench-") as tmp, PeakMemory() as peak:
         cfg = replace(
             cfg, max_duration=f"{batches}ba", save_folder=tmp, log_file=None, autoresume=False, load_path=None
         )
@@ -43,8 +44,85 @@ def bench_train(cfg: TrainConfig, *, batches: int) -> dict:
         **run.meter.summary(),
         "flops_per_sec": last("throughput/device/flops_per_sec"),
         "mfu": last("throughput/device/mfu"),
+        "peak_memory_bytes": peak.bytes,
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
     }
+
+
+def bench_train_side_by_side(variants: dict[str, TrainConfig], *, batches: int, repeat: int = 3) -> dict:
+    """`bench_train` of each named config in turn, `repeat` rounds interleaved (A B A B ...: drift in the
+    machine's load falls on every variant alike) -> per variant the medians, and ratios to the first.
+
+    A ratio measured in one process is what this shared machine can compare; absolute numbers move with load.
+    """
+    import statistics
+
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
+    for _ in range(repeat):
+        for name, cfg in variants.items():
+            runs[name].append(bench_train(cfg, batches=batches))
+    keys = ("bytes_per_sec", "executed_flops_per_sec", "executed_flops_per_byte", "peak_memory_bytes", "pad_share")
+    out = {}
+    for name, rs in runs.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in keys}
+        out[name] = {**rs[0], **med, "bytes_per_sec_all": [r["bytes_per_sec"] for r in rs]}
+    first = next(iter(out.values()))
+    for r in out.values():
+        r["bytes_per_sec_ratio"] = r["bytes_per_sec"] / first["bytes_per_sec"]
+        r["memory_ratio"] = r["peak_memory_bytes"] / max(first["peak_memory_bytes"], 1)
+    load = _load_average()
+    return {"variants": out, "repeat": repeat, "batches": batches, "threads": torch.get_num_threads(), "load": load}
+
+
+def _load_average() -> list[float] | None:
+    try:
+        import os
+
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+class PeakMemory:
+    """Peak memory of the work inside `with`, above what was in use at its start.
+
+    On a GPU the allocator's own high-water mark (torch.cuda.max_memory_allocated); on the CPU the
+    process's resident set, sampled every 2 ms by a thread (torch's CPU allocator keeps no peak),
+    so a spike shorter than that can be missed.
+    """
+
+    def __enter__(self) -> PeakMemory:
+        import threading
+
+        import psutil
+
+        self.bytes = 0
+        self._cuda = torch.cuda.is_available()
+        if self._cuda:
+            torch.cuda.synchronize()
+            self._start = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            return self
+        proc = psutil.Process()
+        self._start = self._peak = proc.memory_info().rss
+        self._stop = threading.Event()
+
+        def sample() -> None:
+            while not self._stop.wait(0.002):
+                self._peak = max(self._peak, proc.memory_info().rss)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._cuda:
+            torch.cuda.synchronize()
+            self.bytes = torch.cuda.max_memory_allocated() - self._start
+            return
+        self._stop.set()
+        self._thread.join()
+        self.bytes = self._peak - self._start
 
 
 # openings for the batched measurement: different lengths, so rows are ragged as in real use

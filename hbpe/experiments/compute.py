@@ -5,10 +5,11 @@
   128 gpt2 tokens), times 3 for forward + backward. The paper's Table 1 fixes Y = 8,192; at a
   mini width attention dominates, so that convention charges a byte-level run 112 GFLOPs per
   8 KB where its real 680-byte context costs about 15 per 8 KB' worth of text.
-- executed: what each training step computes (training/model/flops.py `train_flops_per_sample`,
-  as the Composer model's `flops_per_batch` counts it for MFU): SwiGLU's three matrices, every
-  one of the S positions of every patch (PAD included), attention at each batch's real lengths,
-  forward + backward (3x forward). Counted batch by batch (the byte schemes' lengths vary).
+- executed: what each training step computes (training/model/flops.py `batch_train_flops`, as
+  the Composer model's `flops_per_batch` counts it for MFU): SwiGLU's three matrices, the local
+  models' positions as `model.local_layout` runs them (packed: the real symbols; padded: all S
+  of every patch), attention at each batch's real lengths, forward + backward (3x forward).
+  Counted batch by batch (lengths vary); `pad_share_executed` is the part spent on PAD.
 
 Worked example, the table1-mini rows (gpt2, width 96, 128 tokens = 658 bytes per sample):
 BPE / BPE-patch cost 2.53x under the 8,192-byte convention, 3.76x under the paper's count at
@@ -44,10 +45,11 @@ def context_row(cfg: ModelConfig, tok: Any, stats: Any, *, train_bytes: int, sam
     return table1_row(cfg, tok, stats, input_bytes=train_bytes / max(samples, 1))
 
 
-def executed_batch_flops(state: State) -> float:
-    """Executed training FLOPs of the batch just trained: the Composer model's `flops_per_batch`.
+def executed_batch_flops(state: State) -> dict[str, float]:
+    """{executed, pad}: training FLOPs of the batch just trained and their PAD part (the Composer model's
+    `batch_flops`, whose executed figure is `flops_per_batch`).
 
     Composer puts the whole batch back into `state.batch` after its microbatches, so at
     BATCH_END this is the full batch.
     """
-    return float(state.model.flops_per_batch(state.batch))
+    return state.model.batch_flops(state.batch)

@@ -58,12 +58,14 @@ class EvalCurve(Callback):
 
     def __init__(self) -> None:
         self.bytes = 0
-        self.executed_flops = 0.0
+        self.executed_flops = self.pad_flops = 0.0
         self.points: list[dict[str, float]] = []
 
     def batch_end(self, state: State, logger: Logger) -> None:
         self.bytes += int(state.batch["target_bytes"].sum())
-        self.executed_flops += executed_batch_flops(state)
+        flops = executed_batch_flops(state)
+        self.executed_flops += flops["executed"]
+        self.pad_flops += flops["pad"]
 
     def eval_end(self, state: State, logger: Logger) -> None:
         metrics = state.eval_metrics.get("eval", {})
@@ -218,6 +220,8 @@ def run_one(spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path, see
         "gflops_context": ctx["gflops"],  # forward, one sample, the paper's count at its own context
         "train_flops_paper": curve.bytes * paper_per_byte,
         "train_flops_executed": curve.executed_flops,
+        "pad_share_executed": curve.pad_flops / max(curve.executed_flops, 1.0),  # 0 but attention scratch when packed
+        "local_layout": built.info["model"]["local_layout"],
         "train_seconds": wall,
         "train_bytes_per_sec": built.meter.summary()["bytes_per_sec"],
         "curve": points,

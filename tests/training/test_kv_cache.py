@@ -64,9 +64,12 @@ def test_decoder_cached_logits_equal_the_training_forward(gpt2_tokenizer, condit
     tok = gpt2_tokenizer
     model = _scaled_model(tok, conditioning, pooling)
     patches = _context(tok, "We the People of the United States, in Order to form a more perfect Union")
-    logits, _ = model({"patches": patches, "tokens": torch.zeros(patches.shape[:2], dtype=torch.long)})
+    batch = {"patches": patches, "tokens": torch.zeros(patches.shape[:2], dtype=torch.long)}
+    logits, _ = model(batch)  # (real target symbols, V): the packed local decoder has no PAD rows
     T, S = patches.shape[1] - 1, tok.max_patch_size
-    train_logits = logits.view(T, S, -1)  # patch t+1 predicted from h_t
+    train_logits = logits.new_full((T * S, logits.shape[-1]), float("nan"))
+    train_logits[model.io.decoded_slots(batch)] = logits
+    train_logits = train_logits.view(T, S, -1)  # patch t+1 predicted from h_t
 
     h = model.latent_step(model.io.encode_patches(patches[:, :-1]), None)[0]  # (T, D)
     for t in (0, T // 2, T - 1):

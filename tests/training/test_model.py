@@ -100,14 +100,20 @@ def test_vocab_spec_from_a_tokenizer_and_from_run_metadata(gpt2_tokenizer):
         VocabSpec(0, 10, 50257)
 
 
-def test_forward_shapes_and_ignored_pad(gpt2_tokenizer, sample_texts):
+@pytest.mark.parametrize("layout", ["padded", "packed"])
+def test_forward_shapes_and_ignored_pad(gpt2_tokenizer, sample_texts, layout):
     tok = gpt2_tokenizer
-    model = build_model(model_config("tiny"), VocabSpec.from_tokenizer(tok))
+    model = build_model(model_config("tiny", local_layout=layout), VocabSpec.from_tokenizer(tok))
     batch = _batch(tok, sample_texts[:1], seq_len=16)
     logits, targets = model(batch)
     B = batch["patches"].shape[0]
-    assert logits.shape == (B * 15 * 10, tok.vocab_size)
-    assert ((targets == IGNORE) == (batch["patches"][:, 1:].reshape(-1) == 257)).all()
+    slots = batch["patches"][:, 1:].reshape(-1)  # (B * 15 * 10,) every target slot, PAD included
+    if layout == "padded":  # a row per slot, PAD's ignored
+        assert logits.shape == (B * 15 * 10, tok.vocab_size)
+        assert ((targets == IGNORE) == (slots == 257)).all()
+    else:  # a row per real symbol only, in the padded rows' order
+        assert logits.shape == (int((slots != 257).sum()), tok.vocab_size)
+        assert torch.equal(targets, slots[slots != 257])
 
 
 @pytest.mark.parametrize("conditioning,pooling", [("prefix", "mean"), ("add", "eop")])

@@ -12,15 +12,23 @@ the MLP (2*n*mats*d*ffn); embeddings cost 0, logits 2*n*d*V.
 - `paper_forward_flops`: Chinchilla's two MLP matrices (mats=2), the number the paper's
   Table 1 reports (562 GFLOPs for the small BPE model on 8,192 bytes). Use it to compare
   with the paper and between schemes.
-- `train_flops_per_sample`: what a training step really computes: SwiGLU's three MLP
-  matrices, all S symbol positions of every patch (PAD included), the patch <-> latent
-  projections, and 3x forward for forward + backward. Composer's SpeedMonitor divides it
-  by time for MFU.
+- `train_flops_per_sample`: what a training step computes in the padded layout: SwiGLU's three
+  MLP matrices, all S symbol positions of every patch (PAD included), the patch <-> latent
+  projections, and 3x forward for forward + backward.
+- `local_train_flops`: the local models' part counted from a batch's real patch lengths as
+  `model.local_layout` runs them (packed: real symbols only), with the FLOPs spent on PAD. The
+  Composer model's `flops_per_batch` (SpeedMonitor's MFU, the experiments' executed compute)
+  is the latent part of `train_flops_per_sample` plus this.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hbpe.schemas.train_config import EMBEDDING_IOS, ModelConfig
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 CHINCHILLA_MLP_MATS = 2  # the paper's transformer (Chinchilla appendix F)
 SWIGLU_MLP_MATS = 3  # gate, up and down: what training/model/layers.py computes
@@ -34,10 +42,22 @@ def transformer_flops(
     >>> transformer_flops(1, 2, 1, ffn=4, heads=1, mlp_mats=2)  # 2*4*4 + 4*2 + 3 + 2*2*2*4
     75.0
     """
+    return stack_flops(n, n * n, d, layers, vocab, ffn=ffn, heads=heads, mlp_mats=mlp_mats)
+
+
+def stack_flops(
+    positions: float, pairs: float, d: int, layers: int, vocab: int = 0, *, ffn: int | None, heads: int, mlp_mats: int
+) -> float:
+    """`transformer_flops` split by what scales how: position-wise work on `positions`, attention on
+    `pairs` of (query, key) positions (n*n for one sequence of n; the sum over the patches of a batch).
+
+    >>> stack_flops(2, 4, 2, 1, ffn=4, heads=1, mlp_mats=2) == transformer_flops(2, 2, 1, ffn=4, mlp_mats=2)
+    True
+    """
     ffn = 4 * d if ffn is None else ffn
-    attn = 2 * n * 4 * d * d + 2 * 2 * n * n * d + 3 * heads * n * n
-    mlp = 2 * n * mlp_mats * d * ffn
-    return float(layers * (attn + mlp) + 2 * n * d * vocab)
+    attn = 2 * positions * 4 * d * d + 2 * 2 * pairs * d + 3 * heads * pairs
+    mlp = 2 * positions * mlp_mats * d * ffn
+    return float(layers * (attn + mlp) + 2 * positions * d * vocab)
 
 
 def forward_flops_by_part(
@@ -95,3 +115,48 @@ def train_flops_per_sample(cfg: ModelConfig, *, seq_len: int, max_patch_size: in
     if cfg.io not in EMBEDDING_IOS:
         fwd += 2 * 2 * T * cfg.local_dim * cfg.latent_dim  # to_latent and from_latent, once per patch
     return 3.0 * fwd
+
+
+def local_train_flops(cfg: ModelConfig, patches: Tensor, *, vocab_size: int) -> dict[str, float]:
+    """Forward + backward FLOPs of the local models on one batch of patches (B, N, S), as `cfg.local_layout`
+    runs them, and the part of them spent on PAD -> {executed, pad}.
+
+    Packed (training/model/packing.py): position-wise work on the real symbols only, attention in a
+    scratch as wide as the batch's longest patch (its only PAD). Padded: all S positions of every patch.
+    The encoder reads patches 1..N-1, the decoder predicts patches 2..N (training/model/patch_io.py).
+    """
+    from hbpe.schemas.symbols import PAD
+
+    local = dict(ffn=cfg.local_ffn, heads=cfg.local_heads, mlp_mats=SWIGLU_MLP_MATS)
+    S = patches.shape[-1]
+    executed = useful = 0.0
+    for rows, layers, vocab, keep_first in (
+        (patches[:, :-1], cfg.encoder_layers, 0, True),  # g_phi keeps an all-PAD patch's first position
+        (patches[:, 1:], cfg.decoder_layers, vocab_size, False),
+    ):
+        real = (rows != PAD).reshape(-1, S).sum(-1).double()  # (M,) real symbols per patch
+        kept = real.clamp_min(1) if keep_first else real
+        M = float(real.numel())
+        useful += stack_flops(float(real.sum()), float((real * real).sum()), cfg.local_dim, layers, vocab, **local)
+        if cfg.local_layout == "packed":
+            width = float(kept.max()) if M else 0.0
+            executed += stack_flops(float(kept.sum()), M * width * width, cfg.local_dim, layers, vocab, **local)
+        else:
+            executed += stack_flops(M * S, M * S * S, cfg.local_dim, layers, vocab, **local)
+    return {"executed": 3.0 * executed, "pad": 3.0 * (executed - useful)}
+
+
+def batch_train_flops(cfg: ModelConfig, x: Tensor, *, vocab_size: int) -> dict[str, float]:
+    """Executed forward + backward FLOPs of one training batch and their PAD part -> {executed, pad}.
+
+    `x` is the batch's `tokens` (B, N) for the embedding schemes, its `patches` (B, N, S) otherwise.
+    """
+    B, N = x.shape[:2]
+    if cfg.io in EMBEDDING_IOS:
+        return {"executed": B * train_flops_per_sample(cfg, seq_len=N, max_patch_size=1, vocab_size=vocab_size),
+                "pad": 0.0}  # fmt: skip
+    T = N - 1
+    latent = forward_flops_by_part(cfg, patches=T, patch_len=1, vocab_size=vocab_size, mlp_mats=SWIGLU_MLP_MATS)
+    latent_fwd = latent["latent"] + 2 * 2 * T * cfg.local_dim * cfg.latent_dim  # + to_latent and from_latent
+    local = local_train_flops(cfg, x, vocab_size=vocab_size)
+    return {"executed": B * 3.0 * latent_fwd + local["executed"], "pad": local["pad"]}

@@ -12,7 +12,7 @@ class ThroughputMeter(Callback):
 
     def __init__(self) -> None:
         self.bytes = self.patches = self.batches = 0
-        self.seconds = 0.0
+        self.seconds = self.flops = self.pad_flops = 0.0
         self._t0: float | None = None
 
     def batch_start(self, state: State, logger: Logger) -> None:
@@ -24,9 +24,12 @@ class ThroughputMeter(Callback):
         # predicted text positions: tokens, bytes or byte patches by scheme (training/data/schemes.py)
         nbytes, npatches = int(b["target_bytes"].sum()), int(b["text_positions"].sum())
         if self.batches > 0:  # the first batch pays warm-up costs
+            flops = state.model.batch_flops(b)  # executed and PAD FLOPs (training/model/flops.py)
             self.seconds += dt
             self.bytes += nbytes
             self.patches += npatches
+            self.flops += flops["executed"]
+            self.pad_flops += flops["pad"]
         self.batches += 1
         if self.seconds > 0:
             logger.log_metrics(
@@ -42,4 +45,7 @@ class ThroughputMeter(Callback):
             "bytes_per_sec": self.bytes / s,
             "patches_per_sec": self.patches / s,
             "timed_batches": max(self.batches - 1, 0),
+            "executed_flops_per_byte": self.flops / max(self.bytes, 1),
+            "executed_flops_per_sec": self.flops / s,
+            "pad_share": self.pad_flops / self.flops if self.flops else 0.0,  # of the executed FLOPs
         }

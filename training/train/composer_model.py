@@ -8,7 +8,7 @@ import torch
 from composer.models import ComposerModel
 
 from hbpe.schemas.train_config import EMBEDDING_IOS
-from hbpe.training.model.flops import train_flops_per_sample
+from hbpe.training.model.flops import batch_train_flops
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
 from hbpe.training.model.patch_lm import PatchLM
 from hbpe.training.train.metrics import BitsPerByte, LossPerSymbol
@@ -43,10 +43,13 @@ class HierarchicalComposerModel(ComposerModel):
             metric.update(outputs["nll_sum"], outputs["count"])
 
     def flops_per_batch(self, batch: dict[str, torch.Tensor]) -> float:
-        # from the batch's shape: the byte schemes' latent length and patch width vary by batch
+        return self.batch_flops(batch)["executed"]
+
+    def batch_flops(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """{executed, pad}: what the batch's training step computes, and the part of it spent on PAD.
+
+        From the batch itself: the byte schemes' latent length and patch width vary by batch, and the
+        packed local models' work by the real symbols of its patches (training/model/flops.py).
+        """
         x = batch["tokens"] if self.model.cfg.io in EMBEDDING_IOS else batch["patches"]
-        B, N = x.shape[:2]
-        S = x.shape[2] if x.dim() == 3 else 1
-        return B * train_flops_per_sample(
-            self.model.cfg, seq_len=N, max_patch_size=S, vocab_size=self.model.io.vocab_size
-        )
+        return batch_train_flops(self.model.cfg, x, vocab_size=self.model.io.vocab_size)
