@@ -31,6 +31,7 @@ import torch
 
 from hbpe.schemas.errors import HbpeError
 
+
 @dataclass(frozen=True)
 class PatchPacking:
     """Where the N real positions of M patches of S slots sit, and the attention scratch (M, L) they fill."""
