@@ -147,16 +147,27 @@ def local_train_flops(cfg: ModelConfig, patches: Tensor, *, vocab_size: int) -> 
 
 
 def batch_train_flops(cfg: ModelConfig, x: Tensor, *, vocab_size: int) -> dict[str, float]:
-    """Executed forward + backward FLOPs of one training batch and their PAD part -> {executed, pad}.
+    """Forward + backward FLOPs of one training batch -> {executed, pad, paper}: as run, the part of that
+    spent on PAD, and the paper's count (Chinchilla's two MLP matrices, patches of the batch's mean length).
 
     `x` is the batch's `tokens` (B, N) for the embedding schemes, its `patches` (B, N, S) otherwise.
     """
+    from hbpe.schemas.symbols import PAD
+
     B, N = x.shape[:2]
-    if cfg.io in EMBEDDING_IOS:
-        return {"executed": B * train_flops_per_sample(cfg, seq_len=N, max_patch_size=1, vocab_size=vocab_size),
-                "pad": 0.0}  # fmt: skip
     T = N - 1
+    if cfg.io in EMBEDDING_IOS:
+        paper = forward_flops_by_part(cfg, patches=T, patch_len=1, vocab_size=vocab_size, mlp_mats=CHINCHILLA_MLP_MATS)
+        executed = B * train_flops_per_sample(cfg, seq_len=N, max_patch_size=1, vocab_size=vocab_size)
+        return {"executed": executed, "pad": 0.0, "paper": 3.0 * B * paper["total"]}
     latent = forward_flops_by_part(cfg, patches=T, patch_len=1, vocab_size=vocab_size, mlp_mats=SWIGLU_MLP_MATS)
     latent_fwd = latent["latent"] + 2 * 2 * T * cfg.local_dim * cfg.latent_dim  # + to_latent and from_latent
     local = local_train_flops(cfg, x, vocab_size=vocab_size)
-    return {"executed": B * 3.0 * latent_fwd + local["executed"], "pad": local["pad"]}
+    # the paper's count at this batch's own patches: p = its mean real symbols per predicted patch
+    p = float((x[:, 1:] != PAD).sum()) / max(B * T, 1)
+    paper = forward_flops_by_part(cfg, patches=T, patch_len=p, vocab_size=vocab_size, mlp_mats=CHINCHILLA_MLP_MATS)
+    return {
+        "executed": B * 3.0 * latent_fwd + local["executed"],
+        "pad": local["pad"],
+        "paper": 3.0 * B * paper["total"],
+    }

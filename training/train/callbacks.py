@@ -12,7 +12,7 @@ class ThroughputMeter(Callback):
 
     def __init__(self) -> None:
         self.bytes = self.patches = self.batches = 0
-        self.seconds = self.flops = self.pad_flops = 0.0
+        self.seconds = self.flops = self.pad_flops = self.paper_flops = 0.0
         self._t0: float | None = None
 
     def batch_start(self, state: State, logger: Logger) -> None:
@@ -30,6 +30,7 @@ class ThroughputMeter(Callback):
             self.patches += npatches
             self.flops += flops["executed"]
             self.pad_flops += flops["pad"]
+            self.paper_flops += flops["paper"]
         self.batches += 1
         if self.seconds > 0:
             logger.log_metrics(
@@ -47,5 +48,6 @@ class ThroughputMeter(Callback):
             "timed_batches": max(self.batches - 1, 0),
             "executed_flops_per_byte": self.flops / max(self.bytes, 1),
             "executed_flops_per_sec": self.flops / s,
+            "paper_flops_per_byte": self.paper_flops / max(self.bytes, 1),
             "pad_share": self.pad_flops / self.flops if self.flops else 0.0,  # of the executed FLOPs
         }
