@@ -47,7 +47,8 @@ class _Rope:
     layers.rope rotates each pair (x1, x2) of q and k to (x1 c - x2 s, x1 s + x2 c). With the
     pairs swapped (x2, x1) by one index_select, that is qkv * cos + swapped * sin where, per
     pair, cos = (c, c) and sin = (-s, s) over q and k, and cos = 1, sin = 0 over v: the same
-    products and sums, bit for bit, in four ops instead of eleven, with v passing through.
+    products and sums as the rotation `layers.rope` computes (as a complex product there: equal to float
+    rounding), in four ops instead of eleven, with v passing through.
     """
 
     def __init__(self, heads: int, head_dim: int, theta: float, device: torch.device, dtype: torch.dtype) -> None:
