@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import strict_skips
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_EN = REPO / "data" / "sample" / "en-sotu-sample.jsonl.zst"
 SAMPLE_ZH = REPO / "data" / "sample" / "zh-kernel-docs-sample.jsonl.zst"
@@ -24,6 +26,7 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(1)
+    strict_skips.register(config)  # HBPE_STRICT_SKIPS=1 (`make test`): a skip not in its allow-list fails the run
 
 
 # the tiers (README: `make test-fast` runs the fast one): a test is end to end (`e2e`) when it converts a

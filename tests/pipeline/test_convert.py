@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import zstandard
 
 from hbpe.pipeline.shards.reader import ShardDir
 from hbpe.pipeline.shards.tools import verify
-from hbpe.schemas.errors import ConfigError, HbpeError
+from hbpe.schemas.errors import ArtifactError, ConfigError, HbpeError
 from tests.conftest import SAMPLE_EN, SAMPLE_ZH, SHARED_DATA
 from tests.helpers import bad_inputs, convert, dir_bytes, exported
 
@@ -175,7 +176,8 @@ def test_failure_mid_run_commits_nothing(tmp_path, gpt2_tokenizer_dir, monkeypat
         convert(gpt2_tokenizer_dir, [SAMPLE_ZH], out, shard_bytes=1 << 18)
     left = sorted(p.name for p in out.iterdir()) if out.exists() else []
     assert not [n for n in left if n.startswith("shard.") or n in ("index.json", "manifest.json", "COMPLETED")]
-    with pytest.raises(Exception, match="COMPLETED|not a shard directory"):
+    # nothing committed: no index.json nor manifest.json, so not even an unfinished conversion
+    with pytest.raises(ArtifactError, match=rf"^{re.escape(str(out))} is not a shard directory \(no index.json or"):
         ShardDir(out)
 
 

@@ -7,10 +7,12 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from hbpe.schemas.symbols import EOP, PAD
+from hbpe.schemas.symbols import EOD, EOP, PAD
 from hbpe.schemas.train_config import model_config
-from hbpe.training.model.hash_ngrams import NGRAM_SIZES, ngram_ids, ngram_parameters
+from hbpe.training.model.hash_ngrams import NGRAM_SIZES, HashNgramEmbedding, ngram_ids, ngram_parameters
 from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
 
 SPEC = VocabSpec(470, 10, 1000)
@@ -40,6 +42,67 @@ def test_ngram_ids_hash_the_bytes_ending_at_each_position_across_patches():
     assert last_a[0] == last_b[0] and last_a[1] == last_b[1]  # n = 3, 4: "cat", " cat"
     assert (last_a[2:] != last_b[2:]).all()  # n >= 5 reach the differing byte (or before the start)
     assert ids.max() < 1 << 20 and ids.min() >= 0 and len(NGRAM_SIZES) == 6
+
+
+# the hash's constants, pinned: a trained checkpoint's tables are indexed by them (nothing is stored in the shards)
+BASE, MOD = 1_000_003, 2**31 - 1
+
+
+def _reference_ids(patches: list[list[list[int]]], buckets: int) -> list[list[list[list[int] | None]]]:
+    """ngram_ids by brute force, position by position: the units of the sequence (PAD and EOP skipped) in
+    order, each as its value + 1 and 0 before the start; the n-gram ending at a unit, g_1 .. g_n read left to
+    right, hashes to sum_k g_k * BASE^(k-1) mod MOD (exact Python integers), its row that mod buckets.
+    None at PAD and EOP."""
+    out, stream = [], []
+    for row in patches:
+        out.append([])
+        for patch in row:
+            out[-1].append([])
+            for symbol in patch:
+                if symbol in (PAD, EOP):
+                    out[-1][-1].append(None)
+                    continue
+                stream.append(symbol + 1)
+                grams = [([0] * n + stream)[-n:] for n in NGRAM_SIZES]
+                out[-1][-1].append([sum(g * BASE**k for k, g in enumerate(gram)) % MOD % buckets for gram in grams])
+        stream.clear()  # the next sequence of the batch starts afresh
+    return out
+
+
+@st.composite
+def _batches(draw) -> list[list[list[int]]]:
+    """(B, T, S) symbols of any layout (PAD and EOP anywhere, EOD, bytes 0 and 255), few values so n-grams repeat."""
+    B, T, S = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 9))
+    symbol = st.sampled_from([0, 1, 97, 98, 255, EOP, PAD, EOD])
+    return draw(
+        st.lists(st.lists(st.lists(symbol, min_size=S, max_size=S), min_size=T, max_size=T), min_size=B, max_size=B)
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(_batches(), st.sampled_from([1, 2, 97, 1 << 20, MOD + 12]))  # MOD + 12: the hash itself, unreduced
+def test_ngram_ids_equal_a_brute_force_hash_of_the_byte_stream(patches, buckets):
+    ids, real = ngram_ids(torch.tensor(patches), buckets)
+    want = _reference_ids(patches, buckets)
+    got = ids.tolist()
+    for b, row in enumerate(want):
+        for t, patch in enumerate(row):
+            for s, rows in enumerate(patch):
+                assert bool(real[b, t, s]) == (rows is not None)
+                if rows is not None:
+                    assert got[b][t][s] == rows, (b, t, s)
+
+
+def test_the_embedding_is_exactly_zero_at_pad_and_eop():
+    torch.manual_seed(0)
+    emb = HashNgramEmbedding(97, 8)  # N(0, 1) tables: no row is zero
+    patches = _patches(b"the ", b"cat", b"", width=6)  # an empty patch: EOP first
+    out = emb(patches)
+    ids, real = ngram_ids(patches, 97)
+    assert (~real).sum() > 4 and torch.equal(out[~real], torch.zeros_like(out[~real]))
+    # at the bytes: the sum of each n's row
+    want = sum(table.weight[ids[..., j]] for j, table in enumerate(emb.tables))
+    torch.testing.assert_close(out[real], want[real], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("buckets", [97, 5000])

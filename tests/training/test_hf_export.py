@@ -88,7 +88,9 @@ def test_bpb_through_transformers_equals_hbpe_eval(hf_dir, sample_shards):
         for batch in _eval_batches(data, tok, load_model(str(hf_dir))[0].cfg)[:4]:
             patches = torch.as_tensor(batch["patches"])
             nll += float(model(patches=patches, labels=patches).nll_sum)
-            nbytes += int(batch["target_bytes"].sum())
+            # the denominator counted here, not taken from the scheme's target_bytes (which `hbpe eval` divides
+            # by too): the UTF-8 bytes of the predicted text, tokens 2..N of each sample decoded by the tokenizer
+            nbytes += sum(len(tok.decode_tokens(row[1:]).encode("utf-8")) for row in batch["tokens"].tolist())
     assert nbytes == want["bytes"] > 0
     assert nll / math.log(2) / nbytes == pytest.approx(want["bpb"], abs=1e-5)
     assert 1.0 < want["bpb"] < 8.0  # a trained model, not a uniform one (log2 V' = 8.9)

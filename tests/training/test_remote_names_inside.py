@@ -10,6 +10,7 @@ function both stores go through is tested directly.
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from click.testing import CliRunner
 from hbpe.cli import main
 from hbpe.pipeline import storage
 from hbpe.schemas.errors import ArtifactError
+from hbpe.schemas.names import is_relative_object_name
 
 
 @pytest.mark.parametrize(
@@ -26,7 +28,12 @@ from hbpe.schemas.errors import ArtifactError
     ["../x", "a/../../x", "/etc/passwd", "a//b", "./a", "a/.", "", "a\\..\\x", "a\0b", "a/.."],
 )
 def test_names_that_would_leave_the_folder_are_refused(tmp_path, name):
-    with pytest.raises(ArtifactError, match="refusing object name"):
+    # by the name rule itself, before any path is made: not by the second layer (a resolved path outside the
+    # folder), which would let `a/..` (the folder itself) through and says "resolves outside" instead
+    assert not is_relative_object_name(name)
+    with pytest.raises(
+        ArtifactError, match=rf"refusing object name {re.escape(repr(name))} under s3://b/p: it would be"
+    ):
         storage.local_path_inside(tmp_path, name, source="s3://b/p")
 
 

@@ -57,6 +57,39 @@ def test_the_issue_ratios_at_mini_size(gpt2_tokenizer):
     assert executed["bpe"] / executed["hierarchical"] == pytest.approx(1.58, abs=0.01)  # what the step executes
 
 
+def _chinchilla(n: float, d: int, f: int, heads: int, layers: int, vocab: int = 0) -> float:
+    """Forward FLOPs of a transformer on n positions as SPEC.md "Metrics" counts them (Chinchilla, appendix F),
+    written out here rather than taken from flops.py: per layer 2n*4d^2 (the Q, K, V and output projections),
+    2*2n^2 d (q.k and a.v), 3 heads n^2 (softmax) and 2n*2df (the two MLP matrices); embeddings cost
+    nothing, the logits 2ndV."""
+    return layers * (8 * n * d * d + 4 * n * n * d + 3 * heads * n * n + 4 * n * d * f) + 2 * n * d * vocab
+
+
+@pytest.mark.parametrize("input_bytes,ratio", [(8192, 2.53), (TRAIN_BYTES / SAMPLES, 3.76)])
+def test_the_issue_ratios_by_hand(gpt2_tokenizer, input_bytes, ratio):
+    """The paper's count of each Table 1 row from the mini sizes and the measured patching, by hand."""
+    mini = dict(latent_layers=4, latent_dim=96, latent_ffn=256, latent_heads=4, local_dim=64, local_ffn=128,
+                local_heads=4, encoder_layers=3, decoder_layers=3)  # fmt: skip
+    assert mini == MINI
+    latent = dict(d=96, f=256, heads=4, layers=4)
+    local = dict(d=64, f=128, heads=4, layers=3)  # the encoder and the decoder alike
+    T = input_bytes * 32500 / TEXT  # BPE and BPE-patch: one latent position per first-stage token
+    p = 135485 / 32500  # BPE-patch: symbols per patch, each run through the local models
+    hand = {
+        "bpe": _chinchilla(T, **latent, vocab=50257 + 2),  # the head over gpt2's tokens + EOD, PAD
+        "bytes": _chinchilla(input_bytes, **latent, vocab=256 + 2),  # one position per byte; 256 bytes + EOD, PAD
+        "hierarchical": _chinchilla(T, **latent) + T * (_chinchilla(p, **local) + _chinchilla(p, **local, vocab=470)),
+    }
+    got = {io: table1_row(_cfg(io), gpt2_tokenizer, s, input_bytes=input_bytes)["gflops"] for io, s in STATS.items()}
+    for io in STATS:
+        assert got[io]["total"] * 1e9 == pytest.approx(hand[io], rel=1e-12), io
+    local_decoder = T * _chinchilla(p, **local, vocab=470)
+    assert got["hierarchical"]["local_decoder"] * 1e9 == pytest.approx(local_decoder, rel=1e-12)
+    assert hand["bpe"] / hand["hierarchical"] == pytest.approx(ratio, abs=0.01)
+    if input_bytes == 8192:  # 4 layers of 8,192 positions: 4 x 27,984,396,288, and the head 2 x 8192 x 96 x 258
+        assert hand["bytes"] == 4 * 27_984_396_288 + 405_798_912 == 112_343_384_064
+
+
 def _attention(transformers: list[tuple[int, int, int, int, int]]) -> float:
     """Forward attention FLOPs torch's counter misses on CPU (its SDPA kernel is not registered there), by hand:
     per layer and sequence, scores q.k and values a.v (2 x 2 n^2 d) and the softmax (3 heads n^2)."""

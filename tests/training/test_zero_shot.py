@@ -4,7 +4,6 @@ metrics as lm-eval computes them, the task files, and `hbpe eval-tasks`."""
 from __future__ import annotations
 
 import dataclasses
-import doctest
 import json
 import math
 
@@ -17,7 +16,7 @@ from hbpe.cli import main
 from hbpe.schemas.errors import ArtifactError, ConfigError, HbpeError
 from hbpe.schemas.symbols import PAD, TOKEN_EOD
 from hbpe.schemas.train_config import model_config
-from hbpe.training.inference.zero_shot import olmo_files, pairs
+from hbpe.training.inference.zero_shot import olmo_files
 from hbpe.training.inference.zero_shot.metrics import aggregate, doc_metrics, mean_stderr
 from hbpe.training.inference.zero_shot.pairs import EncodedPair, scheme_for
 from hbpe.training.inference.zero_shot.scorer import Score, score_pairs, windows
@@ -127,11 +126,6 @@ def test_long_context_is_cut_from_the_left(gpt2_tokenizer):
     keep = targets != IGNORE
     want = torch.log_softmax(logits[keep][-n:].float(), -1).gather(1, targets[keep][-n:, None]).sum()
     assert got.loglikelihood == pytest.approx(float(want), abs=1e-5) and got.targets == n
-
-
-def test_pair_docstring_example(gpt2_tokenizer):
-    result = doctest.testmod(pairs, extraglobs={"tok": gpt2_tokenizer}, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_metrics_as_lm_eval_computes_them():

@@ -13,6 +13,7 @@ import pytest
 
 lm_eval = pytest.importorskip("lm_eval", reason="the eval extra: pip install -e '.[eval]'")
 
+from hbpe.schemas.errors import ConfigError  # noqa: E402
 from hbpe.training.inference.zero_shot.olmo_files import read_arrow, read_oe_requests  # noqa: E402
 from hbpe.training.inference.zero_shot.tasks import TASKS  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
@@ -114,7 +115,7 @@ def test_rolling_and_generation(tiny_run):
     out = lm.generate_until([req])[0]
     g = generate(lm.model, lm.tok, "The State of the Union", max_bytes=6 * 64, max_patches=6)
     assert out == g.text[len("The State of the Union") :].split("\n\n")[0] and len(out) > 0
-    with pytest.raises(Exception, match=r"model_args \['pretrained'\] are not hbpe's"):
+    with pytest.raises(ConfigError, match=r"model_args \['pretrained'\] are not hbpe's; it takes checkpoint=PATH"):
         HbpeLM(checkpoint=str(tiny_run), pretrained="gpt2")
 
 
