@@ -1,0 +1,99 @@
+"""GPU checks in plain PyTorch (issues 25 and 29): packed vs padded local models, MFU of `small`, a width ladder.
+
+Runs where torch and a GPU are but the pinned stack is not (a lent machine's image: torch 2.11, no
+Composer). Input: the .npz that `prepare` writes here from the shared en-sotu corpus; output: one
+JSON file, written after every measurement (a run cut short keeps what it measured).
+
+    python infra/gpu/packed_and_ladder.py prepare runs/gpu/batches.npz          # here, with the full stack
+    python infra/gpu/packed_and_ladder.py run runs/gpu/batches.npz OUT.json     # on the GPU machine
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: import hbpe from the tree
+
+H100_BF16_DENSE = 989.4e12  # NVIDIA's H100 SXM dense bf16 peak: MFU's denominator
+MINI = dict(latent_layers=4, latent_dim=96, latent_ffn=256, latent_heads=4, local_dim=64, local_ffn=128,
+            local_heads=4, encoder_layers=3, decoder_layers=3)  # fmt: skip  (hbpe/experiments/presets.py MINI)
+
+
+def prepare(out: Path, *, seq_len: int = 128, eval_every: int = 10) -> None:
+    """en-sotu as 128-token rows (+1 for the shifted target), every 10th document held out (spread over 1790-2018)."""
+    import numpy as np
+
+    from hbpe.pipeline.tokenizer import artifact
+    from hbpe.pipeline.tokenizer.stats import read_texts
+    from hbpe.schemas.symbols import TOKEN_EOD
+    from hbpe.training.bench_step import save_token_batches
+
+    tok = artifact.load("runs/demo/tokenizer")  # gpt2 + hierarchical BPE, S = 10 (`make demo`)
+    texts, _ = read_texts([str(Path(__file__).resolve().parents[3] / "shared/data/en-sotu.jsonl.zst")])
+    splits = {"train": [], "eval": []}
+    for i, t in enumerate(texts):
+        splits["eval" if i % eval_every == 0 else "train"].append(t)
+    rows = {}
+    for name, docs in splits.items():
+        stream = np.concatenate([np.append(tok.encode(t), TOKEN_EOD) for t in docs]).astype(np.int32)
+        n = len(stream) // (seq_len + 1)
+        rows[name] = stream[: n * (seq_len + 1)].reshape(n, seq_len + 1)
+        print(name, len(docs), "documents", rows[name].shape, flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_token_batches(tok, rows, out)
+
+
+def run(batches: Path, out: Path, *, budget_s: float = 420.0) -> None:
+    import torch
+
+    from hbpe.schemas.train_config import model_config
+    from hbpe.training.bench_step import TokenBatches, train_steps
+
+    start = time.perf_counter()
+    dev = torch.device("cuda")
+    data = TokenBatches(batches, dev)
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "bench": [], "ladder": []}
+
+    def save() -> None:
+        out.write_text(json.dumps(results, indent=1))
+
+    def bench(name: str, cfg, batch_size: int, steps: int) -> None:
+        r = train_steps(cfg, data, steps=steps, batch_size=batch_size, lr=1e-3, peak_flops=H100_BF16_DENSE)
+        results["bench"].append({"name": name, **r})
+        print(json.dumps(results["bench"][-1]), flush=True)
+        save()
+
+    # 1. packed vs padded (and BPE) at the small size (97M) and at the crossover-mini sizes, bf16
+    for layout in ("packed", "padded"):
+        bench(f"small-{layout}", model_config("small", local_layout=layout), 64, 25)
+    bench("small-bpe", model_config("small", io="bpe"), 64, 25)
+    for layout in ("packed", "padded"):
+        bench(f"mini-{layout}", model_config("tiny", **MINI, local_layout=layout), 64, 40)
+    bench("mini-bpe", model_config("tiny", **MINI, io="bpe"), 64, 40)
+
+    # 2. a width ladder at fixed data: BPE and BPE-patch (packed) at x1..x8 of the mini widths
+    for mult in (1, 2, 4, 8):
+        sizes = {**MINI, **{k: MINI[k] * mult for k in ("latent_dim", "latent_ffn", "local_dim", "local_ffn")}}
+        for io in ("hierarchical", "bpe"):
+            if time.perf_counter() - start > budget_s:
+                results["stopped"] = f"budget of {budget_s:.0f} s reached before x{mult} {io}"
+                save()
+                return
+            lr = 3e-3 / mult**0.5  # not tuned: the mini's 3e-3 scaled by 1/sqrt(width)
+            r = train_steps(model_config("tiny", **sizes, io=io), data, steps=600, batch_size=64, lr=lr,
+                            warmup=40, eval_rows=2048, peak_flops=H100_BF16_DENSE)  # fmt: skip
+            results["ladder"].append({"width": mult, **r})
+            print(json.dumps(results["ladder"][-1]), flush=True)
+            save()
+    results["seconds"] = time.perf_counter() - start
+    save()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "prepare":
+        prepare(Path(sys.argv[2]))
+    else:
+        run(Path(sys.argv[2]), Path(sys.argv[3]))
