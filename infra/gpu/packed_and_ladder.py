@@ -46,7 +46,7 @@ def prepare(out: Path, *, seq_len: int = 128, eval_every: int = 10) -> None:
     save_token_batches(tok, rows, out)
 
 
-def run(batches: Path, out: Path, *, budget_s: float = 420.0) -> None:
+def run(batches: Path, out: Path, *, budget_s: float = 380.0) -> None:
     import torch
 
     from hbpe.schemas.train_config import model_config
