@@ -46,7 +46,7 @@ def prepare(out: Path, *, seq_len: int = 128, eval_every: int = 10) -> None:
     save_token_batches(tok, rows, out)
 
 
-def run(batches: Path, out: Path, *, budget_s: float = 380.0) -> None:
+def run(batches: Path, out: Path, *, budget_s: float = 380.0, seed: int = 0, bench_first: bool = True) -> None:
     import torch
 
     from hbpe.schemas.train_config import model_config
@@ -67,12 +67,13 @@ def run(batches: Path, out: Path, *, budget_s: float = 380.0) -> None:
         save()
 
     # 1. packed vs padded (and BPE) at the small size (97M) and at the crossover-mini sizes, bf16
-    for layout in ("packed", "padded"):
-        bench(f"small-{layout}", model_config("small", local_layout=layout), 64, 25)
-    bench("small-bpe", model_config("small", io="bpe"), 64, 25)
-    for layout in ("packed", "padded"):
-        bench(f"mini-{layout}", model_config("tiny", **MINI, local_layout=layout), 64, 40)
-    bench("mini-bpe", model_config("tiny", **MINI, io="bpe"), 64, 40)
+    if bench_first:
+        for layout in ("packed", "padded"):
+            bench(f"small-{layout}", model_config("small", local_layout=layout), 64, 25)
+        bench("small-bpe", model_config("small", io="bpe"), 64, 25)
+        for layout in ("packed", "padded"):
+            bench(f"mini-{layout}", model_config("tiny", **MINI, local_layout=layout), 64, 40)
+        bench("mini-bpe", model_config("tiny", **MINI, io="bpe"), 64, 40)
 
     # 2. a width ladder at fixed data: BPE and BPE-patch (packed) at x1..x8 of the mini widths
     for mult in (1, 2, 4, 8):
@@ -84,8 +85,8 @@ def run(batches: Path, out: Path, *, budget_s: float = 380.0) -> None:
                 return
             lr = 3e-3 / mult**0.5  # not tuned: the mini's 3e-3 scaled by 1/sqrt(width)
             r = train_steps(model_config("tiny", **sizes, io=io), data, steps=600, batch_size=64, lr=lr,
-                            warmup=40, eval_rows=2048, peak_flops=H100_BF16_DENSE)  # fmt: skip
-            results["ladder"].append({"width": mult, **r})
+                            warmup=40, eval_rows=2048, peak_flops=H100_BF16_DENSE, seed=seed)  # fmt: skip
+            results["ladder"].append({"width": mult, "seed": seed, **r})
             print(json.dumps(results["ladder"][-1]), flush=True)
             save()
     results["seconds"] = time.perf_counter() - start
@@ -95,5 +96,6 @@ def run(batches: Path, out: Path, *, budget_s: float = 380.0) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "prepare":
         prepare(Path(sys.argv[2]))
-    else:
-        run(Path(sys.argv[2]), Path(sys.argv[3]))
+    else:  # run BATCHES OUT [SEED]: with a seed, the ladder alone with that seed (init and data order)
+        seed = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+        run(Path(sys.argv[2]), Path(sys.argv[3]), seed=seed, bench_first=len(sys.argv) <= 4)
