@@ -7,6 +7,9 @@ from typing import Any
 
 from hbpe.schemas.errors import ConfigError
 
+# training predicts patches 1..N-1 from the ones before: N=1 leaves nothing to predict
+MIN_SEQ_LEN = 2
+
 
 @dataclass(frozen=True)
 class ConvertConfig:
@@ -28,8 +31,7 @@ class ConvertConfig:
     def __post_init__(self) -> None:
         if not self.inputs:
             raise ConfigError("no --input given: pass at least one file, directory glob or URI")
-        if self.seq_len < 2:
-            # training predicts patches 1..N-1 from the ones before: N=1 leaves nothing to predict
+        if self.seq_len < MIN_SEQ_LEN:
             raise ConfigError(
                 f"seq_len must be >= 2, got {self.seq_len}: a sample needs one context patch and one predicted "
                 "patch; pass --seq-len 2 or more"

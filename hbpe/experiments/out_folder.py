@@ -3,8 +3,8 @@
 Two experiments on one `--out` used to run side by side, each replacing the other's data and
 results (both exiting 0), and an `--out` holding a user's own results.json or table.md had them
 overwritten. Now `claim` refuses files of those names that hbpe did not write, then holds an
-exclusive lock on OUT/.lock (fcntl.flock: released by the kernel however the process ends) for
-the whole run; a second experiment is refused, naming the process that holds it.
+exclusive lock on OUT/.lock (pipeline/lock_file.py: never through a link; released by the kernel
+however the process ends) for the whole run; a second experiment is refused, naming the process that holds it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from hbpe.pipeline import lock_file
 from hbpe.schemas.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -29,31 +30,31 @@ def claim(out: Path) -> Iterator[None]:
     """Hold `out` for one experiment: foreign report files refused, then the lock taken (ConfigError if held)."""
     check_not_foreign(out)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / LOCK_FILE, "a+", encoding="utf-8") as lock:
-        _lock(lock, out)
-        yield  # the lock goes with the file's closing
+    fd = _lock(out)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            lock_file.release(fd)  # the file stays: check_not_foreign reads it as "an experiment held this folder"
 
 
-def _lock(lock, out: Path) -> None:
+def _lock(out: Path) -> int | None:
+    path = out / LOCK_FILE
     try:
-        import fcntl
-    except ImportError:  # Windows: no flock; nothing guards against a second experiment there
-        return
-    try:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        pid = lock.read().strip() or "unknown"
+        fd = lock_file.acquire(str(path))
+    except lock_file.LockHeld as e:
         raise ConfigError(
-            f"{out} is in use by another hbpe experiment (pid {pid}); wait until it ends, or pass another --out"
+            f"{out} is in use by another hbpe experiment (pid {e.holder[:32] or 'unknown'}); wait until it ends, "
+            "or pass another --out"
         ) from None
-    except OSError as e:  # a file system without locks (some NFS): run, as before, unguarded
-        log.warning("cannot lock %s (%s): nothing stops a second experiment on this folder", lock.name, e)
-        return
-    lock.seek(0)
-    lock.truncate()
-    lock.write(f"{os.getpid()}\n")
-    lock.flush()
+    except OSError as e:
+        if e.errno not in lock_file.NO_LOCKS:
+            raise
+        # a file system without locks (some NFS): run, as before, unguarded
+        log.warning("cannot lock %s (%s): nothing stops a second experiment on this folder", path, e)
+        return None
+    lock_file.write_holder(fd, f"{os.getpid()}\n")
+    return fd
 
 
 def check_not_foreign(out: Path) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 from composer import Callback, Logger, State
 
 from hbpe.experiments.compute import context_row, executed_batch_flops, paper_train_flops_per_byte
-from hbpe.experiments.data_prep import StageData, prepare
+from hbpe.experiments.data_prep import StageData, corpus_files, prepare
 from hbpe.experiments.inputs import combine
 from hbpe.experiments.out_folder import claim
 from hbpe.experiments.report import write_report
@@ -244,8 +244,24 @@ def run_experiment(
     a results.json or table.md there that hbpe did not write is refused rather than overwritten.
     """
     out = Path(out)
+    check_runs(spec, out)
     with claim(out):
         return _run_experiment(spec, out, on_event=on_event, progress=progress, pipeline_args=pipeline_args)
+
+
+def check_runs(spec: ExperimentSpec, out: Path) -> None:
+    """Every run's train config at every seed, and the corpora, checked before anything is written: a bad value in
+    `extra` or model_size fails now, not once the data is made (ConfigError naming the run)."""
+    for seed in seed_values(spec.seed, spec.seeds):
+        for run in (*_entropy_jobs(spec), *spec.runs):
+            folder = out / "data" / run.first_stage  # where prepare makes its data (its form is checked, not made)
+            stage = StageData(folder / "tokenizer", folder / "shards-train", folder / "shards-eval")
+            run_dir = run_folder(out, run.name, seed, spec.seeds)
+            try:
+                TrainConfig.from_dict(train_config(spec, run, stage, run_dir, out, seed))
+            except ConfigError as e:
+                raise ConfigError(f"experiment {spec.name}, run {run.name}: {e}") from None
+    corpus_files(spec)
 
 
 def _run_experiment(

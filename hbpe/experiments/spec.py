@@ -13,9 +13,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from hbpe.schemas.convert_config import MIN_SEQ_LEN
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.tokenizer_artifact import MAX_PATCH_SIZE_LIMIT
-from hbpe.schemas.train_config import IO_SCHEMES, ModelConfig
+from hbpe.schemas.train_config import IO_SCHEMES, MODEL_SIZE_LIMITS, ModelConfig
 
 # the shared data folder, wherever the command runs from (experiments/shared_data.py resolves it)
 SHARED_EN = "${HBPE_SHARED_DATA}/en-sotu.jsonl.zst"
@@ -151,7 +152,7 @@ class ExperimentSpec:
 _AT_LEAST = {
     "holdout_every": 2,  # 1 would hold out every document and train on none
     "max_patch_size": 2,  # one byte + EOP
-    "seq_len": 1,
+    "seq_len": MIN_SEQ_LEN,  # hbpe convert's least
     "global_batch_size": 1,
     "batches": 1,
     "warmup": 0,
@@ -161,6 +162,8 @@ _AT_LEAST = {
     "seed": 0,
     "seeds": 1,
 }
+# and greatest values, refused here rather than after converting the whole corpus: (value, why)
+_AT_MOST = {"seq_len": (MODEL_SIZE_LIMITS["max_patches"], "a sample is one latent context: model.max_patches' limit")}
 _PLOTS = ("curve", "vocab", "s", "crossover")
 SCHEDULES = ("cosine", "constant")  # optim.schedule of every run
 
@@ -177,9 +180,9 @@ def _check_values(spec: ExperimentSpec) -> None:
         return ConfigError(f"experiment {key}={shown!r}: expected {expected}{example}")
 
     for key, least in _AT_LEAST.items():
-        value = getattr(spec, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise bad(key, f"an integer >= {least}")
+        value, (most, why) = getattr(spec, key), _AT_MOST.get(key, (None, ""))
+        if isinstance(value, bool) or not isinstance(value, int) or value < least or (most and value > most):
+            raise bad(key, f"an integer from {least} to {most} ({why})" if most else f"an integer >= {least}")
     if spec.max_patch_size > MAX_PATCH_SIZE_LIMIT:
         raise bad("max_patch_size", f"an integer <= {MAX_PATCH_SIZE_LIMIT}")
     lr = spec.lr
@@ -205,8 +208,51 @@ def _check_values(spec: ExperimentSpec) -> None:
         raise bad("plots", "a BPE run (io=bpe) and a BPE-patch run (io=hierarchical) for the crossover plot")
     if spec.schedule not in SCHEDULES:
         raise bad("schedule", f"one of {', '.join(SCHEDULES)}")
+    if not spec.runs:
+        raise bad("runs", "at least one run, e.g. runs=[{name: a, first_stage: gpt2, model: {}}]")
     if not isinstance(spec.extra, dict):
         raise bad("extra", "a mapping of train config overrides, e.g. extra={data: {shuffle: false}}")
+    _check_extra(spec.extra)
+
+
+# the train config keys the experiment sets for every run itself (runner.train_config), and where each comes
+# from: in `extra` one would contradict the spec, or train outside --out (save_folder, data.train)
+OWNED_KEYS = {
+    "run_name": "from its name and the run's",
+    "seed": "its key seed (and seeds)",
+    "model_size": "its key model_size",
+    "model": "each run's model; model.KEY=value sets a key of every run's",
+    "data.train": "the shards it makes under --out from --train-input",
+    "data.eval": "the shards it makes under --out from --eval-input",
+    "data.streams": "the shards it makes under --out from --train-input",
+    "data.tokenizer": "its first_stages",
+    "data.shuffle_seed": "its key seed (and seeds)",
+    "data.max_patch_size": "each run's max_patch_size",
+    "optim.lr": "its key lr",
+    "optim.warmup": "its key warmup",
+    "optim.schedule": "its key schedule",
+    "global_batch_size": "its key global_batch_size",
+    "max_duration": "its key batches",
+    "eval_interval": "its keys batches and eval_points",
+    "eval_subset_num_batches": "its key eval_batches",
+    "save_folder": "each run trains in --out/runs/NAME/train",
+    "save_interval": "one checkpoint, at the end",
+    "save_num_checkpoints_to_keep": "one checkpoint, at the end",
+    "save_overwrite": "an interrupted run is trained again",
+    "console": "its own progress lines",
+}
+
+
+def _check_extra(extra: dict[str, Any]) -> None:
+    """ConfigError naming the first key of `extra` that the experiment sets itself (OWNED_KEYS)."""
+    for key, value in extra.items():
+        nested = [f"{key}.{k}" for k in value] if isinstance(value, dict) else []
+        for owned in (key, *nested):
+            if owned in OWNED_KEYS:
+                raise ConfigError(
+                    f"experiment extra.{owned}: set by the experiment for every run ({OWNED_KEYS[owned]}); "
+                    "remove it from extra"
+                )
 
 
 def _strings(d: dict[str, Any], key: str, default: tuple[str, ...]) -> Any:

@@ -42,6 +42,7 @@ from hbpe.pipeline.beam.outputs import (
     choose_build,
     glob_base,
     keep_or_discard,
+    locked,
     out_of_space,
     output_dir,
     refuse_inside,
@@ -195,68 +196,69 @@ def run_convert(
     policy = RecordPolicy(cfg.text_field, cfg.id_field, cfg.invalid_utf8, cfg.max_doc_bytes)
     keys = {u.index: unit_key(u, files[u.file_index], policy, cfg.text_unit, tok_spec.fingerprint) for u in units}
     record = resuming.make_record(cfg, files, tok_spec.fingerprint, len(units))
-    build = choose_build(output, cfg.output, overwrite=overwrite, resume_=resume, record=record)
-    if build.finished:  # the interrupted run had converted everything: only putting it in place was left
-        say(f"resuming the interrupted conversion: its output in {build.path} is complete; putting it in place")
-        _put_in_place(build, output, cfg.output)
-        return json.loads(fs.read_bytes(fs.join(output, MANIFEST_FILENAME)))
-    staging = build.staging
-    weights = unit_input_bytes(units, files)
-    was = f"; {cfg.output} is as it was" if build.replacing else ""
-    guard = StopWorkersOnExit()
-    ticker: ConvertProgress | None = None
-    try:
-        with guard:
-            done = _prepare_staging(build, record, keys, units, cfg.tokenizer)
-            if on_start:
-                on_start(units)
-            say(choice.describe())
-            if skipped:
-                say(skipped_line(selection.skipped))
-            if build.resumed:
-                say(f"resuming the interrupted conversion: {len(done)} of {len(units)} units already encoded")
-            timing = {"runner": choice.name, "units_reused": len(done)}
-            if progress and not fs.is_remote(staging):  # workers write where the launcher can read
-                ticker = ConvertProgress(staging, weights, reused=done)
-            if choice.beam:
-                build_pipeline(pipeline, cfg, units, files, tok_spec, started, output=build.path, done=done,
-                               keys=keys, timing=timing, skipped_inputs=skipped)  # fmt: skip
-                if ticker:
-                    ticker.start()
+    with locked(output, cfg.output):  # one conversion at a time decides what the output holds and writes it
+        build = choose_build(output, cfg.output, overwrite=overwrite, resume_=resume, record=record)
+        if build.finished:  # the interrupted run had converted everything: only putting it in place was left
+            say(f"resuming the interrupted conversion: its output in {build.path} is complete; putting it in place")
+            _put_in_place(build, output, cfg.output)
+            return json.loads(fs.read_bytes(fs.join(output, MANIFEST_FILENAME)))
+        staging = build.staging
+        weights = unit_input_bytes(units, files)
+        was = f"; {cfg.output} is as it was" if build.replacing else ""
+        guard = StopWorkersOnExit()
+        ticker: ConvertProgress | None = None
+        try:
+            with guard:
+                done = _prepare_staging(build, record, keys, units, cfg.tokenizer)
+                if on_start:
+                    on_start(units)
+                say(choice.describe())
+                if skipped:
+                    say(skipped_line(selection.skipped))
+                if build.resumed:
+                    say(f"resuming the interrupted conversion: {len(done)} of {len(units)} units already encoded")
+                timing = {"runner": choice.name, "units_reused": len(done)}
+                if progress and not fs.is_remote(staging):  # workers write where the launcher can read
+                    ticker = ConvertProgress(staging, weights, reused=done)
+                if choice.beam:
+                    build_pipeline(pipeline, cfg, units, files, tok_spec, started, output=build.path, done=done,
+                                   keys=keys, timing=timing, skipped_inputs=skipped)  # fmt: skip
+                    if ticker:
+                        ticker.start()
 
-                run_and_watch(pipeline, opts, n_units=len(units) - len(done), say=say)
-            else:
-                run_inprocess(
-                    tok, cfg, pending=[u for u in units if u.index not in done], done=done, keys=keys,
-                    staging=staging, workers=choice.workers,
-                    ctx=_finalize_context(cfg, files, tok_spec, started, build.path, timing, skipped),
-                    on_running=ticker.start if ticker else lambda: None,
-                )  # fmt: skip
-    except BaseException as e:
+                    run_and_watch(pipeline, opts, n_units=len(units) - len(done), say=say)
+                else:
+                    run_inprocess(
+                        tok, cfg, pending=[u for u in units if u.index not in done], done=done, keys=keys,
+                        staging=staging, workers=choice.workers,
+                        ctx=_finalize_context(cfg, files, tok_spec, started, build.path, timing, skipped),
+                        on_running=ticker.start if ticker else lambda: None,
+                    )  # fmt: skip
+        except BaseException as e:
+            if ticker is not None:
+                ticker.stop()
+            kept = keep_or_discard(build, keep=resume, full=out_of_space(e))
+            if isinstance(e, KeyboardInterrupt):
+                signum = guard.signum or signal.SIGINT
+                who = "Beam workers" if choice.beam else "workers"
+                raise ConversionInterrupted(
+                    signum,
+                    f"interrupted by {signal.Signals(signum).name}: the {who} were stopped and nothing was "
+                    f"committed to {cfg.output}{was}{kept}",
+                ) from None
+            if not isinstance(e, Exception):
+                raise
+            # an HbpeError here comes from a worker (its message names a staging file that may be gone now): keep its
+            # type and fix, and say what became of the output
+            why = str(e) if isinstance(e, HbpeError) else f"{type(e).__name__}: {e}"
+            raise (type(e) if isinstance(e, HbpeError) else HbpeError)(
+                f"the conversion failed and nothing was committed to {cfg.output}{was}: {why}{kept}"
+            ) from e
+        manifest = json.loads(fs.read_bytes(fs.join(build.path, MANIFEST_FILENAME)))
         if ticker is not None:
-            ticker.stop()
-        kept = keep_or_discard(build, keep=resume, full=out_of_space(e))
-        if isinstance(e, KeyboardInterrupt):
-            signum = guard.signum or signal.SIGINT
-            who = "Beam workers" if choice.beam else "workers"
-            raise ConversionInterrupted(
-                signum,
-                f"interrupted by {signal.Signals(signum).name}: the {who} were stopped and nothing was "
-                f"committed to {cfg.output}{was}{kept}",
-            ) from None
-        if not isinstance(e, Exception):
-            raise
-        # an HbpeError here comes from a worker (its message names a staging file that may be gone now): keep its
-        # type and fix, and say what became of the output
-        why = str(e) if isinstance(e, HbpeError) else f"{type(e).__name__}: {e}"
-        raise (type(e) if isinstance(e, HbpeError) else HbpeError)(
-            f"the conversion failed and nothing was committed to {cfg.output}{was}: {why}{kept}"
-        ) from e
-    manifest = json.loads(fs.read_bytes(fs.join(build.path, MANIFEST_FILENAME)))
-    if ticker is not None:
-        ticker.stop(manifest)
-    _put_in_place(build, output, cfg.output)
-    return manifest
+            ticker.stop(manifest)
+        _put_in_place(build, output, cfg.output)
+        return manifest
 
 
 def _put_in_place(build: Build, output: str, shown: str) -> None:

@@ -4,7 +4,7 @@ A new or empty OUTPUT is built in place; an earlier conversion is replaced (--ov
 by building OUTPUT/.hbpe-new-XXXXXXXX and swapping it in once complete; an interrupted
 one is continued where it was built (--resume). Folders that hold files hbpe did not
 write are never touched, and inputs or a tokenizer inside the output are refused (an
---overwrite would replace them).
+--overwrite would replace them). A local output is one conversion's at a time (`locked`).
 """
 
 from __future__ import annotations
@@ -14,21 +14,26 @@ import errno
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from hbpe.pipeline import lock_file
 from hbpe.pipeline.beam import fs, resume
 from hbpe.pipeline.beam.finalize import STAGING_DIRNAME, discard_hbpe_entries, is_hbpe_entry
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.manifest import MANIFEST_FORMAT
 from hbpe.schemas.shard_columns import COMPLETED_FILENAME, MANIFEST_FILENAME
 
+# held in a local output while a conversion decides what it holds and writes it, removed when it ends;
+# no is_hbpe_entry name, so no swap or discard deletes it under its holder
+LOCK_FILENAME = ".hbpe-convert.lock"
+
 
 @dataclass(frozen=True)
 class Build:
     path: str  # where this run writes: the output itself, or OUTPUT/.hbpe-new-XXXXXXXX
     replacing: bool  # swap `path` in over an earlier output once complete
-    created: bool  # the output folder did not exist before this run
     resumed: bool  # an interrupted run's staging, reused
     finished: bool = False  # a complete output already (an --overwrite whose swap was cut short): only its swap is left
 
@@ -79,6 +84,46 @@ def refuse_inside(path: str, output: str, what: str, shown: str) -> None:
         )
 
 
+@contextlib.contextmanager
+def locked(output: str, shown: str) -> Iterator[None]:
+    """Hold the local output `output` for this conversion (ConfigError naming the holder if another has it).
+
+    Two conversions on one output used to run at once: on a new folder both failed or one was told to
+    --resume the live one, and two --overwrite runs deleted each other's build. The lock file goes
+    when the run ends, and with it a folder this run created, if nothing else is left in it.
+    A bucket output has no lock (an object store has no flock): one conversion at a time there
+    is the user's to keep, and an --overwrite's own build folder (.hbpe-new-XXXXXXXX) at least
+    keeps two runs' new files apart.
+    """
+    if fs.is_remote(output):
+        yield
+        return
+    created = not os.path.isdir(output)
+    os.makedirs(output, exist_ok=True)  # parents too, like mkdir -p (see output_dir)
+    path = os.path.join(output, LOCK_FILENAME)
+    try:
+        fd = lock_file.acquire(path)
+    except lock_file.LockHeld as e:
+        raise ConfigError(
+            f"{shown} is being written by another hbpe convert (pid {e.holder[:32] or 'unknown'}); "
+            "wait for it or choose another --out"
+        ) from None
+    except OSError as e:
+        if e.errno not in lock_file.NO_LOCKS:
+            raise
+        fd = None  # a file system without locks (some NFS): converted, as before, unguarded
+    try:
+        if fd is not None:
+            lock_file.write_holder(fd, f"{os.getpid()}\n")
+        yield
+    finally:
+        if fd is not None:
+            lock_file.release(fd, path)
+        if created:
+            with contextlib.suppress(OSError):  # a failed run leaves no new folder behind (a full one stays)
+                os.rmdir(output)
+
+
 def choose_build(output: str, shown: str, *, overwrite: bool, resume_: bool, record: dict[str, Any]) -> Build:
     """Where this run writes; refuses an output it may not touch, and a resume of another conversion.
 
@@ -86,10 +131,9 @@ def choose_build(output: str, shown: str, *, overwrite: bool, resume_: bool, rec
     staging or build folder, a manifest.json of format "hbpe-shards"), never by file names
     alone: a user's own index.json or tokenizer/ must not be replaced.
     """
-    names = fs.top_entries(output)
+    names = [n for n in fs.top_entries(output) if n != LOCK_FILENAME]
     if not names:
-        created = not fs.is_remote(output) and not os.path.isdir(output)
-        return Build(output, replacing=False, created=created, resumed=False)
+        return Build(output, replacing=False, resumed=False)
     previous = _is_previous_conversion(output, names)
     foreign = [n for n in names if not (previous and is_hbpe_entry(n))]
     if foreign:
@@ -117,7 +161,7 @@ def choose_build(output: str, shown: str, *, overwrite: bool, resume_: bool, rec
         else:
             how = "pass --overwrite to replace it"
         raise ConfigError(f"output {shown} exists and is not empty{what}; {how}")
-    return Build(fs.join(output, f".hbpe-new-{uuid.uuid4().hex[:8]}"), replacing=True, created=False, resumed=False)
+    return Build(fs.join(output, f".hbpe-new-{uuid.uuid4().hex[:8]}"), replacing=True, resumed=False)
 
 
 def _resumable(output: str, shown: str, builds: list[str], record: dict[str, Any]) -> Build:
@@ -135,7 +179,7 @@ def _resumable(output: str, shown: str, builds: list[str], record: dict[str, Any
             continue
         problem = resume.mismatch(found, record)
         if problem is None:
-            return Build(b, replacing=b != output, created=False, resumed=True, finished=finished)
+            return Build(b, replacing=b != output, resumed=True, finished=finished)
         why = why or problem
     raise resume.refuse(shown, why or "nothing to resume")
 
@@ -154,14 +198,12 @@ def _is_previous_conversion(output: str, names: list[str]) -> bool:
 
 
 def discard(build: Build) -> None:
-    """Remove what a failed run wrote: its build folder inside the old output, or hbpe's files in a new one."""
+    """Remove what a failed run wrote: its build folder inside the old output, or hbpe's files in a new one
+    (the new folder itself goes with the lock: `locked`)."""
     if build.replacing:
         fs.delete_tree(build.path)
         return
     discard_hbpe_entries(build.path)
-    if build.created:
-        with contextlib.suppress(OSError):
-            os.rmdir(build.path)
 
 
 # a full disk or quota, or a file size limit: the run can go on once there is room, so its units are kept

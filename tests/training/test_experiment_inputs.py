@@ -22,6 +22,7 @@ from hbpe.experiments.out_folder import claim
 from hbpe.experiments.presets import load_spec
 from hbpe.schemas.errors import ConfigError
 from tests.conftest import SAMPLE_EN, SHARED_DATA, split_sample
+from tests.helpers import cli_fails as _fails
 
 SPEC = """\
 name: two-runs
@@ -115,6 +116,24 @@ def test_a_second_experiment_on_the_same_out_is_refused_naming_the_first(spec, t
     assert not (out / "data").exists()
     with claim(out):  # released when the first ends (however it ends: the kernel drops a dead process's lock)
         pass
+
+
+@pytest.mark.parametrize("kind", ["symbolic link", "FIFO"])
+def test_a_link_or_fifo_as_out_lock_is_refused_and_its_target_untouched(spec, tmp_path, kind):
+    """Issue 28: a link planted as OUT/.lock had its target (outside --out) truncated and given a pid (rc 0), and
+    a FIFO there ended in `internal error: UnsupportedOperation`."""
+    train, _ = split_sample(tmp_path / "corpus")
+    out, victim = tmp_path / "out", tmp_path / "victim.txt"
+    out.mkdir()
+    victim.write_text("precious\n")
+    lock = out / ".lock"
+    if kind == "symbolic link":
+        lock.symlink_to(victim)
+    else:
+        os.mkfifo(lock)
+    r = _experiment(spec, out, train)
+    _fails(r, 2, f"{lock} is a {kind}, where hbpe keeps a lock file; hbpe never writes through a link")
+    assert victim.read_text() == "precious\n" and not (out / "data").exists()
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "en-sotu.jsonl.zst").is_file(), reason="needs the shared data folder")

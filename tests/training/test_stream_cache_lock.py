@@ -9,10 +9,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 
+import pytest
 from click.testing import CliRunner
 
 from hbpe.cli import main
+from hbpe.schemas.errors import ConfigError
+from hbpe.training.data import loader
 from hbpe.training.data.stream_cache import LOCK_FILE, claim, release
 from tests.helpers import CacheHolder
 from tests.helpers import cli_fails as _fails
@@ -63,3 +67,23 @@ def test_claim_is_per_process_and_released(tmp_path):
     assert other.returncode != 0 and f"is in use by another run (pid {os.getpid()} on " in other.stderr
     release(str(root))
     CacheHolder(root).end(signal.SIGTERM)  # released: another process takes it
+
+
+def test_no_lock_of_a_run_is_taken_through_a_link(tmp_path, monkeypatch):
+    """A link planted as a lock file (issue 28) is refused, its target left as it was: the stream cache's, and the
+    streaming setup lock in the shared temporary folder."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    root = tmp_path / "cache"
+    root.mkdir()
+    (root / LOCK_FILE).symlink_to(victim)
+    with pytest.raises(ConfigError, match=f"^{root / LOCK_FILE} is a symbolic link, where hbpe keeps a lock file"):
+        claim(str(root), run_name="a", save_folder="x")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    (tmp / "hbpe-streaming-setup.lock").symlink_to(victim)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    with pytest.raises(ConfigError, match="hbpe-streaming-setup.lock is a symbolic link"):
+        loader._one_dataset_setup_at_a_time().__enter__()
+    assert victim.read_text() == "precious\n"

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hbpe.pipeline import storage
+from hbpe.pipeline import lock_file, storage
 from hbpe.pipeline.shards import mds_format
 from hbpe.pipeline.shards.reader import (  # read_manifest: the trainer imports it from here
     RESTORE,
@@ -262,17 +262,15 @@ def _one_dataset_setup_at_a_time() -> Iterator[None]:
     Those barriers span every node, so two "nodes" of one job simulated on one machine need a
     TMPDIR each (this lock) and a /dev/shm each (streaming's names), as tests/training/test_multinode.py gives them.
     """
-    import fcntl
-
     if os.environ.get("LOCAL_RANK", "0") != "0":
         yield
         return
-    with open(os.path.join(tempfile.gettempdir(), "hbpe-streaming-setup.lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    # a shared temporary folder: a link planted there under this name is refused, never written through
+    fd = lock_file.acquire(os.path.join(tempfile.gettempdir(), "hbpe-streaming-setup.lock"), wait=True)
+    try:
+        yield
+    finally:
+        lock_file.release(fd)
 
 
 @dataclass(frozen=True)

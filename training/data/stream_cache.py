@@ -5,7 +5,7 @@ on one cache at once (two runs left at the default run_name with their checkpoin
 both cache under runs/<run_name>/stream-cache) fail inside streaming ("Reused local directory")
 or evict each other's shards. `claim` takes an advisory lock (flock) on a file in the cache, held
 until the process ends: the kernel releases it on any exit, kill -9 included, so a crashed run
-never leaves a stale lock. The file records who holds it, for the message of the one refused.
+never leaves a stale lock (pipeline/lock_file.py, which never opens the file through a link). The file records who holds it, for the message of the one refused.
 Each shard directory gets a folder named by where it lives, so a cache is never one built for
 other data.
 """
@@ -18,7 +18,7 @@ import os
 import socket
 import time
 
-from hbpe.pipeline import storage
+from hbpe.pipeline import lock_file, storage
 from hbpe.schemas.errors import ConfigError
 
 LOCK_FILE = "hbpe-run.lock"
@@ -42,21 +42,16 @@ def claim(root: str, *, run_name: str, save_folder: str, fix: str = "") -> None:
     `fix`: how this run gets a cache of its own (it depends on where the cache root came from).
     Claiming again in the same process is a no-op (the experiment runner builds runs one by one).
     """
-    import fcntl
-
     path = os.path.abspath(os.path.join(root, LOCK_FILE))
     if path in _held:
         return
     os.makedirs(root, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        owner = _owner(fd)
-        os.close(fd)
+        fd = lock_file.acquire(path)
+    except lock_file.LockHeld as e:
         raise ConfigError(
-            f"stream cache {root} is in use by another run ({owner}): two runs at once need caches of their own; "
-            f"{fix or 'set data.cache_dir to a folder of its own'}"
+            f"stream cache {root} is in use by another run ({_owner(e.holder)}): two runs at once need caches of "
+            f"their own; {fix or 'set data.cache_dir to a folder of its own'}"
         ) from None
     me = {
         "pid": os.getpid(),
@@ -65,8 +60,7 @@ def claim(root: str, *, run_name: str, save_folder: str, fix: str = "") -> None:
         "save_folder": save_folder,
         "since": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(me).encode(), 0)
+    lock_file.write_holder(fd, json.dumps(me))
     _held[path] = fd
 
 
@@ -74,13 +68,13 @@ def release(root: str) -> None:
     """Give up this process's claim on `root` (the file stays: removing it would race a run waiting for it)."""
     fd = _held.pop(os.path.abspath(os.path.join(root, LOCK_FILE)), None)
     if fd is not None:
-        os.close(fd)  # closing the file releases its flock
+        lock_file.release(fd)
 
 
-def _owner(fd: int) -> str:
+def _owner(holder: str) -> str:
     """Who holds the lock, from its file (written by the holder; shown, never trusted)."""
     try:
-        who = json.loads(os.pread(fd, 4096, 0))
+        who = json.loads(holder)
         return (
             f"pid {int(who['pid'])} on {str(who['host'])[:64]}, run_name {str(who['run_name'])[:64]}, "
             f"save_folder {str(who['save_folder'])[:200]}, since {str(who['since'])[:32]}"
