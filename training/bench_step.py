@@ -51,7 +51,9 @@ class TokenBatches:
         self.nbytes_table = torch.from_numpy(z["nbytes_table"]).to(device)  # (n + 2,)
         vocab_size, max_patch_size, n = (int(v) for v in z["vocab"])
         self.spec = VocabSpec(vocab_size, max_patch_size, n)
-        self.rows = {k[5:]: torch.from_numpy(z[k].astype(np.int64)).to(device) for k in z.files if k.startswith("rows_")}
+        self.rows = {
+            k[5:]: torch.from_numpy(z[k].astype(np.int64)).to(device) for k in z.files if k.startswith("rows_")
+        }
 
     def batch(self, split: str, index: torch.Tensor) -> dict[str, torch.Tensor]:
         """Rows `index` of `split` -> the TokenScheme's columns (training/data/schemes.py)."""

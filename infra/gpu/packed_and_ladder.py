@@ -18,8 +18,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: import hbpe from the tree
 
 H100_BF16_DENSE = 989.4e12  # NVIDIA's H100 SXM dense bf16 peak: MFU's denominator
-MINI = dict(latent_layers=4, latent_dim=96, latent_ffn=256, latent_heads=4, local_dim=64, local_ffn=128,
-            local_heads=4, encoder_layers=3, decoder_layers=3)  # fmt: skip  (hbpe/experiments/presets.py MINI)
+MINI = dict(
+    latent_layers=4,
+    latent_dim=96,
+    latent_ffn=256,
+    latent_heads=4,
+    local_dim=64,
+    local_ffn=128,
+    local_heads=4,
+    encoder_layers=3,
+    decoder_layers=3,
+)  # hbpe/experiments/presets.py MINI (that module needs omegaconf)
 
 
 def prepare(out: Path, *, seq_len: int = 128, eval_every: int = 10) -> None:
