@@ -6,6 +6,8 @@ JSON file, written after every measurement (a run cut short keeps what it measur
 
     python infra/gpu/packed_and_ladder.py prepare runs/gpu/batches.npz          # here, with the full stack
     python infra/gpu/packed_and_ladder.py run runs/gpu/batches.npz OUT.json     # on the GPU machine
+    python infra/gpu/packed_and_ladder.py run runs/gpu/batches.npz OUT.json 1   # the ladder alone, seed 1
+    python infra/gpu/packed_and_ladder.py report docs/experiments/gpu-h100      # table.md + ladder.png of its JSONs
 """
 
 from __future__ import annotations
@@ -102,9 +104,67 @@ def run(batches: Path, out: Path, *, budget_s: float = 380.0, seed: int = 0, ben
     save()
 
 
+def report(folder: Path) -> None:
+    """table.md and ladder.png from every JSON in `folder`: the bench rows, and the ladder's gap per width."""
+    import statistics
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bench, ladder, device = [], [], None
+    for f in sorted(folder.glob("*.json")):
+        r = json.loads(f.read_text())
+        bench += r.get("bench", [])
+        ladder += r.get("ladder", [])
+        device = device or r.get("device")
+    lines = [f"Device: {device}, bf16 autocast, batch 64 x 128 patches (gpt2 + S=10, en-sotu).", ""]
+    lines += ["| run | params | KB/s of text | executed MFLOP/B | paper MFLOP/B | executed / paper | PAD share | MFU | peak GB |",
+              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in bench:
+        lines.append(
+            f"| {r['name']} | {r['params'] / 1e6:.2f}M | {r['bytes_per_sec'] / 1e3:.0f} | "
+            f"{r['executed_flops_per_byte'] / 1e6:.2f} | {r['paper_flops_per_byte'] / 1e6:.2f} | "
+            f"{r['executed_flops_per_byte'] / r['paper_flops_per_byte']:.2f} | {r['pad_share']:.1%} | "
+            f"{r['mfu']:.1%} | {r['peak_memory_bytes'] / 1e9:.1f} |"
+        )
+    widths = sorted({r["width"] for r in ladder})
+    rows = []
+    for w in widths:
+        by = {io: [r for r in ladder if r["width"] == w and r["io"] == io] for io in ("hierarchical", "bpe")}
+        seeds = sorted({r.get("seed", 0) for r in by["hierarchical"]} & {r.get("seed", 0) for r in by["bpe"]})
+        gaps = [
+            next(r["bpb"] for r in by["hierarchical"] if r.get("seed", 0) == s)
+            - next(r["bpb"] for r in by["bpe"] if r.get("seed", 0) == s)
+            for s in seeds
+        ]
+        mean = {io: statistics.mean(r["bpb"] for r in rs) for io, rs in by.items()}
+        spread = statistics.stdev(gaps) if len(gaps) > 1 else float("nan")
+        rows.append((w, by["hierarchical"][0]["params"], by["bpe"][0]["params"], mean, gaps, spread))
+    lines += ["", "| width | BPE-patch params | BPE params | BPE-patch BPB | BPE BPB | gap (mean ± std over seeds) | seeds |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for w, ph, pb, mean, gaps, spread in rows:
+        lines.append(
+            f"| x{w} | {ph / 1e6:.2f}M | {pb / 1e6:.2f}M | {mean['hierarchical']:.3f} | {mean['bpe']:.3f} | "
+            f"{statistics.mean(gaps):+.3f} ± {spread:.3f} | {len(gaps)} |"
+        )
+    (folder / "table.md").write_text("\n".join(lines) + "\n")
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.errorbar([r[1] for r in rows], [statistics.mean(r[4]) for r in rows], yerr=[r[5] for r in rows], marker="o")
+    ax.set_xscale("log")
+    ax.set_xlabel("BPE-patch parameters")
+    ax.set_ylabel("BPB(BPE-patch) - BPB(BPE)")
+    ax.set_title(f"width ladder on {device}, 600 steps", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(folder / "ladder.png", dpi=110)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "prepare":
         prepare(Path(sys.argv[2]))
+    elif sys.argv[1] == "report":
+        report(Path(sys.argv[2]))
     else:  # run BATCHES OUT [SEED]: with a seed, the ladder alone with that seed (init and data order)
         seed = int(sys.argv[4]) if len(sys.argv) > 4 else 0
         run(Path(sys.argv[2]), Path(sys.argv[3]), seed=seed, bench_first=len(sys.argv) <= 4)
