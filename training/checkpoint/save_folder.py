@@ -237,14 +237,32 @@ def _complete_local(p: Path) -> bool:
     return p.is_file() and p.name.endswith(".pt") and zipfile.is_zipfile(p)
 
 
-def _newest_local(root: Path) -> str | None:
-    latest = root / LATEST.format(rank=0)
+def saved_checkpoint(cfg: TrainConfig) -> str | None:
+    """The newest complete checkpoint in the save folder (what autoresume would continue), None when there is none;
+    for a message, so nothing is logged. A bucket is listed (an object appears only once its upload completed)."""
+    from composer.utils import format_name_with_dist
+
+    folder = format_name_with_dist(cfg.save_folder, cfg.run_name)
+    if not storage.is_remote(folder):
+        newest = _newest_complete(Path(folder))
+        return None if newest is None else str(newest)
+    found = {b: n for n in top_level_names(folder) if (b := checkpoint_batch(n)) is not None}
+    return storage.join(folder, found[max(found)]) if found else None
+
+
+def _newest_complete(root: Path) -> Path | None:
+    """The local checkpoint of the highest batch that a kill did not cut short, None when there is none."""
     found = sorted(
         ((b, p) for p in (root.iterdir() if root.is_dir() else ()) if (b := checkpoint_batch(p.name)) is not None),
         key=lambda bp: bp[0],
         reverse=True,
     )
-    newest = next((p for _, p in found if _complete_local(p)), None)
+    return next((p for _, p in found if _complete_local(p)), None)
+
+
+def _newest_local(root: Path) -> str | None:
+    latest = root / LATEST.format(rank=0)
+    newest = _newest_complete(root)
     if newest is None:
         return str(latest) if latest.exists() else None  # Composer starts fresh when it is absent or dangling
     if latest.exists() and latest.resolve() == newest.resolve():

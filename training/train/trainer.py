@@ -31,6 +31,7 @@ from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_count
 from hbpe.training.train.calibration import resolve_entropy_threshold, resolve_tokenizer
 from hbpe.training.train.callbacks import ThroughputMeter
 from hbpe.training.train.composer_model import HierarchicalComposerModel
+from hbpe.training.train.launch_command import rendezvous_marked
 from hbpe.training.train.loggers import build_callbacks, build_loggers
 from hbpe.training.train.metrics_file import METRICS_FILE, MetricsFile
 from hbpe.training.train.optimizer import build_optimizer, build_scheduler
@@ -100,7 +101,8 @@ def _start(cfg: TrainConfig, *, save_enabled: bool) -> tuple[str, int]:
     device = composer_device(cfg.device)
     world = dist.get_world_size()
     if world > 1:
-        dist.initialize_dist(device)  # early, for the barrier below (the Trainer reuses the process group)
+        with rendezvous_marked():  # `hbpe train` on node R > 0 bounds this wait (launch_command.RendezvousWatch)
+            dist.initialize_dist(device)  # early, for the barrier below (the Trainer reuses the process group)
     if save_enabled:
         check_save_folder(cfg)
         dist.barrier()  # every rank has looked at the folder before rank 0 writes the run files into it
