@@ -177,6 +177,32 @@ def check_resume_matches(cfg: TrainConfig, tok: HierarchicalTokenizer) -> None:
             f"in another order; resume with the run's settings ({' '.join(f'{k}={_show(before.get(k))}' for k in moved)}), "
             "or set save_folder to a new folder for a new run"
         )
+    _check_same_duration(cfg, old_train)
+
+
+def _check_same_duration(cfg: TrainConfig, old_train: dict[str, Any]) -> None:
+    """autoresume with another max_duration than the run's recorded train config: ConfigError when the learning-rate
+    schedule spans max_duration, unless optim.allow_new_duration=true.
+
+    Composer's schedulers read the resumed clock against the new max_duration: a cosine schedule is laid over the
+    new length and the learning rate jumps at the checkpoint (before: 0.00279 -> 0.00040 at batch 81), where every
+    other setting of the run that changes its course is refused. The constant schedule keeps its rate.
+    """
+    before, now = old_train.get("max_duration"), cfg.max_duration
+    if cfg.optim.allow_new_duration or not isinstance(before, str) or before == now or not spans_duration(cfg):
+        return
+    why = "optim.schedule=cosine" if cfg.optim.schedule == "cosine" else f"optim.warmup={cfg.optim.warmup}"
+    raise ConfigError(
+        f"autoresume=true but the run in save_folder {cfg.save_folder} was trained with max_duration={before}, not "
+        f"{now}: its learning-rate schedule ({why}) spans max_duration, so the rate would jump to the one of a "
+        f"schedule over {now} at the checkpoint; resume with max_duration={before}, or pass "
+        "optim.allow_new_duration=true to continue on the schedule over the new length"
+    )
+
+
+def spans_duration(cfg: TrainConfig) -> bool:
+    """Whether the learning rate at a batch depends on max_duration: a cosine decay, or a warm-up given in dur."""
+    return cfg.optim.schedule == "cosine" or cfg.optim.warmup.lower().endswith("dur")
 
 
 # what the order of the training samples depends on besides the shards (README, Multi-node): streaming's

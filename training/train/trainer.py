@@ -22,6 +22,7 @@ from hbpe.training.checkpoint.save_folder import (  # re-exported: the save-fold
     clear_previous_run,
     latest_checkpoint,
     set_aside_incomplete,
+    spans_duration,
 )
 from hbpe.training.data.loader import epoch_samples, read_manifest
 from hbpe.training.data.stream_cache import release as release_cache
@@ -72,9 +73,10 @@ def check_not_finished(cfg: TrainConfig, trainer: Any) -> None:
     done = state.timestamp.get(state.max_duration.unit)
     if state.max_duration <= done:
         source = f"load_path {cfg.load_path}" if cfg.load_path else f"the run in save_folder {cfg.save_folder}"
+        also = " (with optim.allow_new_duration=true: its schedule spans max_duration)" if spans_duration(cfg) else ""
         raise ConfigError(
             f"{source} is already trained to {done} (max_duration={cfg.max_duration}); raise max_duration above "
-            f"{done} to continue it, or set save_folder to a new folder for a new run"
+            f"{done} to continue it{also}, or set save_folder to a new folder for a new run"
         )
 
 
