@@ -140,7 +140,7 @@ def _bytes_at(path: str, batch: int) -> int:
 # what a line may hold: anything past these is damage (an edit, a bad disk), never a run's number; a line
 # with every metric of a large model's optimizer_monitor is tens of KB
 MAX_LINE_BYTES = 1 << 20
-MAX_FILE_BYTES = 256 << 20  # a million batches of ~250 bytes; read whole into memory
+MAX_FILE_BYTES = 256 << 20  # half a million batches of ~500 bytes; every record is kept in memory to plot
 _COUNTS = {"batch": 10**10, "samples": 10**15, "bytes": 10**18}  # whole numbers 0..this
 _LOSSES = ("loss/train/total", "metrics/train/BitsPerByte", "metrics/eval/LossPerSymbol", "metrics/eval/BitsPerByte")
 MAX_LOSS = 1e6  # nats or bits: a uniform guess over 2**20 symbols is 14 nats; a diverged run a few thousand
@@ -151,7 +151,7 @@ def _problem(rec: Any) -> str | None:
     """Why a parsed line is no record of a run (None: it is one): a record holds a whole `batch` and sane numbers."""
     if not isinstance(rec, dict):
         return "not a JSON object"
-    for key, top in _COUNTS.items():
+    for key, top in _COUNTS.items():  # every line has its batch; a start line has no samples or bytes
         value = rec.get(key, 0 if key != "batch" else None)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
             return "value out of range"
