@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from hbpe.cli_common import _Command, _emit, _Group, check_local_paths, is_quiet, json_option
+
+if TYPE_CHECKING:
+    from hbpe.schemas.train_config import TrainConfig
 
 
 @click.command("train", cls=_Command)
@@ -81,14 +85,50 @@ def train_cmd(
     check_world_divides_batch(cfg, world, how=f" (--nnodes {nnodes} x --nproc {nproc})")
     if world > 1:
         nodes = dict(nnodes=nnodes, node_rank=node_rank, master_addr=master_addr, master_port=master_port)
-        result = _train_on_processes(
-            config, overrides, nproc, **nodes, rendezvous_timeout=rendezvous_timeout, save_folder=cfg.save_folder
-        )
+        result = _train_on_processes(config, overrides, nproc, **nodes, rendezvous_timeout=rendezvous_timeout, cfg=cfg)
         _emit(result, as_json, _render_train)
         return
     from hbpe.training import train_model as train
 
-    _emit(train(cfg), as_json, _render_train)
+    try:
+        result = train(cfg)
+    except (KeyboardInterrupt, SystemExit) as e:
+        signum = _stop_signal(e)
+        if signum is None:
+            raise
+        click.echo(f"error: interrupted by {signal.Signals(signum).name}; {_how_to_continue(cfg)}", err=True)
+        sys.exit(128 + signum)  # the shell's convention for "killed by signal N"
+    _emit(result, as_json, _render_train)
+
+
+def _stop_signal(e: BaseException) -> int | None:
+    """The signal that stopped training in this process, None for another exit: Ctrl-C, or Composer's handler of
+    SIGINT and SIGTERM (composer.core.engine), which turns them into sys.exit(128 + N) so that its atexit close runs."""
+    if isinstance(e, KeyboardInterrupt):
+        return signal.SIGINT
+    stops = {128 + s: s for s in (signal.SIGINT, signal.SIGTERM)}
+    return stops.get(e.code) if isinstance(e, SystemExit) and isinstance(e.code, int) else None
+
+
+def _how_to_continue(cfg: TrainConfig, *, node_rank: int | None = None) -> str:
+    """What a stopped run leaves: the checkpoint autoresume continues from and how, or that none was saved yet
+    (on node R > 0 of several, that this node's save_folder holds none: node 0's first rank saves them)."""
+    from hbpe.pipeline import storage
+    from hbpe.schemas.errors import HbpeError, one_line
+    from hbpe.training.checkpoint.save_folder import saved_checkpoint
+
+    try:
+        last = saved_checkpoint(cfg)
+    except (HbpeError, OSError) as e:  # a bucket that does not answer now
+        return f"could not list save_folder {cfg.save_folder} ({one_line(str(e))}) for the last checkpoint saved"
+    if last is None and node_rank and not storage.is_remote(cfg.save_folder):
+        return f"this node's save_folder {cfg.save_folder} holds no checkpoint (node 0 saves them: look there)"
+    if last is None:
+        return (
+            f"no checkpoint was saved yet (save_interval={cfg.save_interval}): nothing to continue; run the command "
+            "again to start over"
+        )
+    return f"the last checkpoint saved is {last}: continue from it with the same command and autoresume=true"
 
 
 def _quiet_console(overrides: tuple[str, ...]) -> tuple[str, ...]:
@@ -134,10 +174,11 @@ def _train_on_processes(
     master_addr: str | None = None,
     master_port: int | None = None,
     rendezvous_timeout: float = 60.0,
-    save_folder: str = "",
+    cfg: TrainConfig,
 ) -> dict[str, Any]:
-    """Composer's launcher over this node's `nproc` ranks -> the result its first rank wrote (a failed rank has
-    printed its `error:` line). A signal stops every process of the run on this node before this exits."""
+    """Composer's launcher over this node's `nproc` ranks (training `cfg`) -> the result its first rank wrote (a
+    failed rank has printed its `error:` line). A signal stops every process of the run on this node before this
+    exits, saying which checkpoint to continue from."""
     import json
     import os
     import tempfile
@@ -162,8 +203,8 @@ def _train_on_processes(
             )
         except TrainingInterrupted as e:
             click.echo(
-                f"error: {e}: stopped the {nproc} training processes on this node; the checkpoints saved before "
-                f"are in {save_folder} (continue with autoresume=true)",
+                f"error: {e}: stopped the {nproc} training processes on this node; "
+                + _how_to_continue(cfg, node_rank=node_rank),
                 err=True,
             )
             sys.exit(128 + e.signum)  # the shell's convention for "killed by signal N"

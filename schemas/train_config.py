@@ -656,6 +656,9 @@ class OptimConfig(_Section):
     schedule: str = "cosine"  # "cosine" (to alpha_f * lr) or "constant"
     alpha_f: float = 0.1
     grad_clip_norm: float = 1.0  # 0 turns clipping off
+    # autoresume with another max_duration than the run's: a cosine schedule (or a warm-up in dur) is laid over the
+    # new length, and the learning rate jumps to its value at the checkpoint's batch; refused unless this is true
+    allow_new_duration: bool = False
 
     def __post_init__(self) -> None:
         # before the type check, so `optim.warmup=10` is told about units rather than "expected a string"

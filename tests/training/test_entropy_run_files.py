@@ -21,7 +21,7 @@ from hbpe.training.checkpoint.export_format import write_export
 from hbpe.training.checkpoint.load import load_model
 from hbpe.training.checkpoint.names import MODEL_FILE
 from hbpe.training.inference.evaluate import evaluate
-from tests.conftest import copy_run
+from tests.conftest import TINY_RUN_BATCHES, copy_run
 
 ENTROPY = "entmodel"  # the byte-level model's save folder, named relative to the working directory
 
@@ -179,7 +179,7 @@ def test_autoresume_accepts_a_run_file_written_before_the_fingerprint_field(tiny
     meta["model"].pop("entropy_model_sha256")
     (run / "hbpe_run.json").write_text(json.dumps(meta))
     data = [f"data.train={sample_shards[0]}", f"data.eval={sample_shards[1]}"]
-    cfg = load_config("tiny", [*data, f"save_folder={run}", "autoresume=true"])
+    cfg = load_config("tiny", [*data, f"save_folder={run}", "autoresume=true", f"max_duration={TINY_RUN_BATCHES}ba"])
     check_resume_matches(cfg, read_run_files(str(run / "latest-rank0.pt"))[1])
 
 

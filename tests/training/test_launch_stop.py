@@ -1,15 +1,20 @@
 """`hbpe train --nproc N` stops every process of its run when it is stopped, and a node that cannot reach
-node 0 says so in one line instead of waiting 300 s in torch's store client."""
+node 0 says so in one line instead of waiting 300 s in torch's store client, or without end when another program
+answers on node 0's port. A stopped run names the checkpoint to continue from (issue 28)."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+import zipfile
+from contextlib import contextmanager
 
 import psutil
 import pytest
@@ -57,10 +62,12 @@ def test_sigterm_stops_every_rank_before_the_command_exits(sample_shards, tmp_pa
         # the command returns only once every process of its run is gone: nothing can write after it
         assert [p.pid for p in procs if not _gone(p.pid)] == []
         lines = (tmp_path / "err.txt").read_text().splitlines()
-        assert lines[-1] == (
-            "error: interrupted by SIGTERM: stopped the 2 training processes on this node; the checkpoints saved "
-            f"before are in {folder} (continue with autoresume=true)"
+        last = re.fullmatch(
+            "error: interrupted by SIGTERM: stopped the 2 training processes on this node; the last checkpoint saved "
+            f"is {re.escape(str(folder))}/ep0-ba(\\d+)-rank0.pt: continue from it with the same command and autoresume=true",
+            lines[-1],
         )
+        assert last and int(last[1]) >= saved[-1], lines[-1]
         # at most the checkpoint in flight when the signal came (save_interval=2ba), none after it
         assert _checkpoint_batches(folder)[-1] <= saved[-1] + 2
         # what the 2 FSDP2 ranks saved before the signal is one whole model (the full state dict, gathered
@@ -99,3 +106,119 @@ def test_the_rendezvous_timeout_is_for_several_nodes(tmp_path):
     r = CliRunner().invoke(main, ["train", "tiny", f"data.train={tmp_path}", "--rendezvous-timeout", "3"])
     assert r.exit_code == 2
     assert "Error: --rendezvous-timeout is for several nodes: add --nnodes N" in r.output
+
+
+@contextmanager
+def _http_server():
+    """A plain HTTP server on 127.0.0.1 (python -m http.server's handler) -> (its port, the time.monotonic() of each
+    connection it accepted: a list that grows)."""
+    contacts: list[float] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def setup(self) -> None:
+            contacts.append(time.monotonic())
+            super().setup()
+
+        def log_message(self, *args) -> None:  # quiet: the store client's bytes are a "bad request"
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], contacts
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _node_1_of_2(port: int, timeout: str) -> list[str]:
+    return [*("--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", str(port)),
+            *("--rendezvous-timeout", timeout)]  # fmt: skip
+
+
+def test_another_program_on_node_0s_port_fails_after_the_rendezvous_timeout(tmp_path):
+    """Before: the rank waited in torch's store client without end (an HTTP server answers and closes)."""
+    with _http_server() as (port, contacts):
+        args = ["train", "tiny", f"data.train={tmp_path}", "data.eval=null", f"save_folder={tmp_path / 'run'}"]
+        r = CliRunner().invoke(main, [*args, *_node_1_of_2(port, "3")])
+        waited = time.monotonic() - contacts[1]  # [0]: wait_for_master's probe; then the rank's store client
+    assert r.exit_code == 2, r.output
+    assert [ln for ln in r.output.splitlines() if ln.strip()] == [
+        f"error: node 1 reached 127.0.0.1:{port}, but its rank 0 did not join node 0's rendezvous there within 3 s: "
+        "what answers on that port is not node 0 of this run (another program, or a run of other nodes?); check "
+        "that node 0 runs the same command with --node-rank 0 and that --master-addr and --master-port name it; wait "
+        "longer with --rendezvous-timeout SECONDS (or HBPE_RENDEZVOUS_TIMEOUT); stopped this node's training processes"
+    ]
+    assert 2 < waited < 30  # 3 s in the rendezvous, SIGKILL 1 s after SIGTERM (on a loaded machine: seconds more)
+    assert not (tmp_path / "run").exists()
+
+
+def test_ctrl_c_in_the_rendezvous_names_no_save_folder_without_checkpoints(tmp_path):
+    """Before: "the checkpoints saved before are in SAVE_FOLDER", a folder that did not exist."""
+    folder = tmp_path / "run"
+    with _http_server() as (port, contacts):
+        cmd = [sys.executable, "-m", "hbpe.cli", "train", "tiny", f"data.train={tmp_path}", "data.eval=null"]
+        cmd += [f"save_folder={folder}", *_node_1_of_2(port, "600")]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        with open(tmp_path / "err.txt", "w") as err:
+            cli = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            while len(contacts) < 2:  # [0]: wait_for_master's probe; then the rank's store client
+                assert cli.poll() is None, (tmp_path / "err.txt").read_text()[-3000:]
+                time.sleep(0.2)
+            time.sleep(0.5)
+            cli.send_signal(signal.SIGINT)
+            assert cli.wait(timeout=60) == 130, (tmp_path / "err.txt").read_text()[-3000:]
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+    assert (tmp_path / "err.txt").read_text().splitlines()[-1] == (
+        "error: interrupted by SIGINT: stopped the 1 training processes on this node; this node's save_folder "
+        f"{folder} holds no checkpoint (node 0 saves them: look there)"
+    )
+    assert not folder.exists()
+
+
+def _tiny_cli(sample_shards, folder, *extra: str) -> list[str]:
+    train_dir, _ = sample_shards
+    return [
+        *(sys.executable, "-m", "hbpe.cli", "train", "tiny", f"data.train={train_dir}", "data.eval=null"),
+        *(f"save_folder={folder}", "console=false", "max_duration=100000ba", "global_batch_size=2"),
+        *("model.latent_layers=1", "model.encoder_layers=1", "model.decoder_layers=1", *extra),
+    ]
+
+
+@pytest.mark.parametrize("saved", [True, False])
+def test_ctrl_c_names_the_last_checkpoint_and_how_to_continue(sample_shards, tmp_path, saved):
+    """Before: exit 130 and not a word (Composer's SIGINT handler exits quietly)."""
+    folder = tmp_path / "run"
+    cmd = _tiny_cli(sample_shards, folder, f"save_interval={2 if saved else 100000}ba")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with open(tmp_path / "err.txt", "w") as err:
+        cli = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        # a checkpoint is whole once the pointer names it; without checkpoints, wait for a trained batch
+        ready = (folder / "latest-rank0.pt") if saved else (folder / "metrics.jsonl")
+        while not (ready.exists() and (saved or '"kind": "train"' in ready.read_text())):
+            assert cli.poll() is None, (tmp_path / "err.txt").read_text()[-3000:]
+            time.sleep(0.2)
+        whole = int(re.search(r"-ba(\d+)-", os.readlink(ready))[1]) if saved else None
+        cli.send_signal(signal.SIGINT)
+        assert cli.wait(timeout=120) == 130, (tmp_path / "err.txt").read_text()[-3000:]
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    line = (tmp_path / "err.txt").read_text().splitlines()[-1]
+    if not saved:
+        assert line == (
+            "error: interrupted by SIGINT; no checkpoint was saved yet (save_interval=100000ba): nothing to continue; run the "
+            "command again to start over"
+        )
+        return
+    last = re.fullmatch(
+        f"error: interrupted by SIGINT; the last checkpoint saved is ({re.escape(str(folder))}/ep0-ba(\\d+)-rank0.pt): "
+        "continue from it with the same command and autoresume=true",
+        line,
+    )
+    assert last and int(last[2]) >= whole and zipfile.is_zipfile(last[1]), line  # a whole one, the newest

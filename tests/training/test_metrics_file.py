@@ -28,7 +28,7 @@ def metrics_run(sample_shards, tmp_path_factory):
     folder = tmp_path_factory.mktemp("metrics") / "run"
     first = _train(sample_shards, folder, 4)
     lines_first = (folder / "metrics.jsonl").read_text().splitlines()
-    second = _train(sample_shards, folder, 6, "autoresume=true")
+    second = _train(sample_shards, folder, 6, "autoresume=true", "optim.allow_new_duration=true")  # a longer cosine
     return folder, first, second, lines_first
 
 

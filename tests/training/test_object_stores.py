@@ -200,9 +200,8 @@ def autoresume_continues_from_the_bucket(store: BucketRun, caplog) -> None:
     upload and the pointer's leaves (issue 20; here no pointer at all): autoresume still continues from the newest
     checkpoint (before: from batch 0, then Composer's FileExistsError at the save of ep0-ba4) and moves the pointer."""
     first = _FirstBatch()
-    cfg = load_config(
-        "tiny", store.overrides("max_duration=6ba", "eval_interval=6ba", "save_interval=2ba", "autoresume=true")
-    )
+    longer = ("autoresume=true", "optim.allow_new_duration=true")  # 4 -> 6 batches: the cosine over the new length
+    cfg = load_config("tiny", store.overrides("max_duration=6ba", "eval_interval=6ba", "save_interval=2ba", *longer))
     caplog.clear()
     assert latest_checkpoint(cfg) == f"{store.run}/ep0-ba4-rank0.pt" and "autoresume:" not in caplog.text
     store.server.delete(f"{store.run}/latest-rank0.pt.symlink")

@@ -17,6 +17,7 @@ from tests.helpers import cli_fails as _fails
 from tests.helpers import train_cfg as _cfg
 
 EACH_BATCH = ("eval_interval=100ba", "save_interval=1ba", "console=false")
+LONGER = ("optim.allow_new_duration=true",)  # resumed with a longer max_duration: its cosine over the new length
 
 
 def _train_cli(sample_shards, folder, *extra: str) -> dict:
@@ -35,7 +36,7 @@ def test_autoresume_after_a_kill_between_checkpoint_and_symlink(sample_shards, t
     assert _train_cli(sample_shards, folder, "max_duration=2ba", *EACH_BATCH)["batches"] == 2
     (folder / "latest-rank0.pt").unlink()
     os.symlink("ep0-ba1-rank0.pt", folder / "latest-rank0.pt")  # killed before the symlink moved to ba2
-    out = _train_cli(sample_shards, folder, "max_duration=3ba", "autoresume=true", *EACH_BATCH)
+    out = _train_cli(sample_shards, folder, "max_duration=3ba", "autoresume=true", *EACH_BATCH, *LONGER)
     assert (out["resumed_at_batch"], out["batches"]) == (2, 3)
     assert "ep0-ba2-rank0.pt is newer than the checkpoint latest-rank0.pt names" in caplog.text
     assert os.readlink(folder / "latest-rank0.pt") == "ep0-ba3-rank0.pt"
@@ -43,7 +44,7 @@ def test_autoresume_after_a_kill_between_checkpoint_and_symlink(sample_shards, t
     (folder / "latest-rank0.pt").unlink()  # killed before the first symlink
     whole = (folder / "ep0-ba3-rank0.pt").read_bytes()
     (folder / "ep0-ba4-rank0.pt").write_bytes(whole[: len(whole) // 2])  # killed while writing ba4
-    out = _train_cli(sample_shards, folder, "max_duration=5ba", "autoresume=true", *EACH_BATCH)
+    out = _train_cli(sample_shards, folder, "max_duration=5ba", "autoresume=true", *EACH_BATCH, *LONGER)
     assert (out["resumed_at_batch"], out["batches"]) == (3, 5)
     # the cut checkpoint is kept aside (nothing hbpe did not write is deleted), out of Composer's way
     assert (folder / "ep0-ba4-rank0.pt.incomplete").read_bytes() == whole[: len(whole) // 2]

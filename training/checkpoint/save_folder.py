@@ -177,6 +177,32 @@ def check_resume_matches(cfg: TrainConfig, tok: HierarchicalTokenizer) -> None:
             f"in another order; resume with the run's settings ({' '.join(f'{k}={_show(before.get(k))}' for k in moved)}), "
             "or set save_folder to a new folder for a new run"
         )
+    _check_same_duration(cfg, old_train)
+
+
+def _check_same_duration(cfg: TrainConfig, old_train: dict[str, Any]) -> None:
+    """autoresume with another max_duration than the run's recorded train config: ConfigError when the learning-rate
+    schedule spans max_duration, unless optim.allow_new_duration=true.
+
+    Composer's schedulers read the resumed clock against the new max_duration: a cosine schedule is laid over the
+    new length and the learning rate jumps at the checkpoint (before: 0.00279 -> 0.00040 at batch 81), where every
+    other setting of the run that changes its course is refused. The constant schedule keeps its rate.
+    """
+    before, now = old_train.get("max_duration"), cfg.max_duration
+    if cfg.optim.allow_new_duration or not isinstance(before, str) or before == now or not spans_duration(cfg):
+        return
+    why = "optim.schedule=cosine" if cfg.optim.schedule == "cosine" else f"optim.warmup={cfg.optim.warmup}"
+    raise ConfigError(
+        f"autoresume=true but the run in save_folder {cfg.save_folder} was trained with max_duration={before}, not "
+        f"{now}: its learning-rate schedule ({why}) spans max_duration, so the rate would jump to the one of a "
+        f"schedule over {now} at the checkpoint; resume with max_duration={before}, or pass "
+        "optim.allow_new_duration=true to continue on the schedule over the new length"
+    )
+
+
+def spans_duration(cfg: TrainConfig) -> bool:
+    """Whether the learning rate at a batch depends on max_duration: a cosine decay, or a warm-up given in dur."""
+    return cfg.optim.schedule == "cosine" or cfg.optim.warmup.lower().endswith("dur")
 
 
 # what the order of the training samples depends on besides the shards (README, Multi-node): streaming's
@@ -237,14 +263,32 @@ def _complete_local(p: Path) -> bool:
     return p.is_file() and p.name.endswith(".pt") and zipfile.is_zipfile(p)
 
 
-def _newest_local(root: Path) -> str | None:
-    latest = root / LATEST.format(rank=0)
+def saved_checkpoint(cfg: TrainConfig) -> str | None:
+    """The newest complete checkpoint in the save folder (what autoresume would continue), None when there is none;
+    for a message, so nothing is logged. A bucket is listed (an object appears only once its upload completed)."""
+    from composer.utils import format_name_with_dist
+
+    folder = format_name_with_dist(cfg.save_folder, cfg.run_name)
+    if not storage.is_remote(folder):
+        newest = _newest_complete(Path(folder))
+        return None if newest is None else str(newest)
+    found = {b: n for n in top_level_names(folder) if (b := checkpoint_batch(n)) is not None}
+    return storage.join(folder, found[max(found)]) if found else None
+
+
+def _newest_complete(root: Path) -> Path | None:
+    """The local checkpoint of the highest batch that a kill did not cut short, None when there is none."""
     found = sorted(
         ((b, p) for p in (root.iterdir() if root.is_dir() else ()) if (b := checkpoint_batch(p.name)) is not None),
         key=lambda bp: bp[0],
         reverse=True,
     )
-    newest = next((p for _, p in found if _complete_local(p)), None)
+    return next((p for _, p in found if _complete_local(p)), None)
+
+
+def _newest_local(root: Path) -> str | None:
+    latest = root / LATEST.format(rank=0)
+    newest = _newest_complete(root)
     if newest is None:
         return str(latest) if latest.exists() else None  # Composer starts fresh when it is absent or dangling
     if latest.exists() and latest.resolve() == newest.resolve():

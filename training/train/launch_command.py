@@ -12,16 +12,24 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from hbpe.pipeline.parent_watch import parent_death_preexec
-from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.errors import ConfigError, HbpeError
 
 RENDEZVOUS_TIMEOUT_ENV = "HBPE_RENDEZVOUS_TIMEOUT"
+RENDEZVOUS_MARKS_ENV = "HBPE_RENDEZVOUS_MARKS"  # the folder where each rank marks its rendezvous (rendezvous_marked)
 DEFAULT_RENDEZVOUS_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0  # after SIGTERM, how long the ranks have to close (uploads in flight) before SIGKILL
+WATCH_INTERVAL_S = 0.2
+# a watch (RendezvousWatch) stops ranks that have saved nothing yet, often blocked in C++ where SIGTERM's Python
+# handler never runs: SIGKILL soon
+WATCH_STOP_GRACE_S = 1.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -88,8 +96,10 @@ def launch(
     alone (`hbpe train --nproc 2 --json` printed the launcher's "Starting distributed environment..." first).
 
     On node R > 0, node 0 must answer at master_addr:master_port within `rendezvous_timeout` seconds
-    first (ConfigError otherwise). SIGINT, SIGTERM or SIGHUP stop the launcher, its ranks and their
-    children (SIGKILL after STOP_GRACE_S) and raise TrainingInterrupted once all are gone.
+    first, and each rank must then join the rendezvous within `rendezvous_timeout` seconds of reaching it
+    (ConfigError otherwise: whatever answers on the port, torch's store client could wait without end). SIGINT,
+    SIGTERM or SIGHUP stop the launcher, its ranks and their children (SIGKILL after STOP_GRACE_S) and raise
+    TrainingInterrupted once all are gone.
     """
     cmd = launcher_command(
         config,
@@ -101,10 +111,16 @@ def launch(
         master_addr=master_addr,
         log_dir=log_dir,
     )
-    if nnodes > 1 and node_rank:
-        assert master_addr is not None and master_port is not None, "launcher_command checked them"
-        wait_for_master(master_addr, master_port, node_rank=node_rank, timeout=rendezvous_timeout)
-    return run_as_group(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=_stderr_fd())
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if not (nnodes > 1 and node_rank):
+        return run_as_group(cmd, env=env, stdout=_stderr_fd())
+    assert master_addr is not None and master_port is not None, "launcher_command checked them"
+    wait_for_master(master_addr, master_port, node_rank=node_rank, timeout=rendezvous_timeout)
+    with tempfile.TemporaryDirectory(prefix="hbpe-rendezvous-") as marks:
+        watch = RendezvousWatch(
+            marks, nproc=nproc, timeout=rendezvous_timeout, node_rank=node_rank, master=f"{master_addr}:{master_port}"
+        )
+        return run_as_group(cmd, env={**env, RENDEZVOUS_MARKS_ENV: marks}, stdout=_stderr_fd(), watch=watch)
 
 
 def _stderr_fd() -> int:
@@ -121,14 +137,21 @@ class _Stop(BaseException):
 
 
 def run_as_group(
-    cmd: list[str], *, env: dict[str, str], grace_s: float = STOP_GRACE_S, stdout: int | None = None
+    cmd: list[str],
+    *,
+    env: dict[str, str],
+    grace_s: float = STOP_GRACE_S,
+    stdout: int | None = None,
+    watch: Callable[[], bool] | None = None,
 ) -> int:
     """Run `cmd` in a new process group to the end -> its exit status; a stop signal stops the whole group.
 
     The group, not the launcher alone: its ranks and their children (streaming's, the resource tracker)
     inherit it, and it still names them once the launcher has died and they were re-parented. The
     launcher also gets SIGTERM if this process dies without a chance to stop it (kill -9). `stdout`: a file
-    descriptor for the group's standard output (default: this process's).
+    descriptor for the group's standard output (default: this process's). `watch`, called every
+    WATCH_INTERVAL_S until it returns False, may raise an HbpeError: the group is stopped (SIGKILL after
+    WATCH_STOP_GRACE_S), then the error raised.
     """
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -143,6 +166,8 @@ def run_as_group(
         proc = subprocess.Popen(
             cmd, env=env, stdout=stdout, start_new_session=True, preexec_fn=parent_death_preexec(signal.SIGTERM)
         )
+        while watch is not None and proc.poll() is None and watch():
+            time.sleep(WATCH_INTERVAL_S)
         return proc.wait()
     except _Stop as stop:
         for sig in STOP_SIGNALS:  # a second Ctrl-C while stopping does not cut the stop short
@@ -150,6 +175,10 @@ def run_as_group(
         if proc is not None:
             _stop_group(proc, grace_s)
         raise TrainingInterrupted(stop.signum) from None
+    except HbpeError:  # the watch's
+        if proc is not None:
+            _stop_group(proc, WATCH_STOP_GRACE_S)
+        raise
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
@@ -233,3 +262,46 @@ def wait_for_master(addr: str, port: int, *, node_rank: int, timeout: float) -> 
         f"name it and the port is open between the nodes; wait longer with --rendezvous-timeout SECONDS "
         f"(or {RENDEZVOUS_TIMEOUT_ENV})"
     )
+
+
+@contextmanager
+def rendezvous_marked() -> Iterator[None]:
+    """Around a rank's rendezvous: `LOCAL_RANK.started` before it and `LOCAL_RANK.joined` after it, in the folder
+    RENDEZVOUS_MARKS_ENV names (set by `hbpe train` on node R > 0; unset, e.g. under `composer -n N`: nothing)."""
+    folder = os.environ.get(RENDEZVOUS_MARKS_ENV)
+    rank = os.environ.get("LOCAL_RANK", "0")
+    if folder:
+        Path(folder, f"{rank}.started").touch()
+    yield
+    if folder:
+        Path(folder, f"{rank}.joined").touch()
+
+
+class RendezvousWatch:
+    """`run_as_group`'s watch on node R > 0: ConfigError once a rank has waited in the rendezvous for `timeout` s.
+
+    wait_for_master only sees that something accepts connections at the master's port; a program other than
+    node 0's store there (an HTTP server answers and closes) left torch's store client waiting without end.
+    The clock starts when a rank reaches the rendezvous (`rendezvous_marked`), after its imports.
+    """
+
+    def __init__(self, marks: str, *, nproc: int, timeout: float, node_rank: int, master: str) -> None:
+        self.marks, self.nproc, self.timeout = Path(marks), nproc, timeout
+        self.node_rank, self.master = node_rank, master
+        self.started: dict[str, float] = {}  # rank -> when this watch first saw it wait
+
+    def __call__(self) -> bool:
+        """True while some rank has yet to join."""
+        now = time.monotonic()
+        joined = {p.stem for p in self.marks.glob("*.joined")}
+        for p in self.marks.glob("*.started"):
+            since = self.started.setdefault(p.stem, now)
+            if p.stem not in joined and now - since > self.timeout:
+                raise ConfigError(
+                    f"node {self.node_rank} reached {self.master}, but its rank {p.stem} did not join node 0's "
+                    f"rendezvous there within {self.timeout:g} s: what answers on that port is not node 0 of this "
+                    "run (another program, or a run of other nodes?); check that node 0 runs the same command with "
+                    "--node-rank 0 and that --master-addr and --master-port name it; wait longer with "
+                    f"--rendezvous-timeout SECONDS (or {RENDEZVOUS_TIMEOUT_ENV}); stopped this node's training processes"
+                )
+        return len(joined) < self.nproc

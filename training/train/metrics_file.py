@@ -23,10 +23,14 @@ import json
 import math
 import os
 import time
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 from composer.core import State
 from composer.loggers import Logger, LoggerDestination
+
+from hbpe.schemas.errors import ConfigError
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -127,35 +131,105 @@ class MetricsFile(LoggerDestination):
 def _bytes_at(path: str, batch: int) -> int:
     """The bytes count of the last train line at or before `batch` in an earlier session's file (0 if none)."""
     best = 0
-    for rec in _records(path):
-        if rec.get("kind") == "train" and rec.get("batch", math.inf) <= batch:
-            best = int(rec.get("bytes", 0))
+    for rec in _records(path, Counter()):
+        if rec.get("kind") == "train" and rec["batch"] <= batch:
+            best = rec.get("bytes", 0)
     return best
 
 
-def _records(path: str) -> list[dict[str, Any]]:
+# what a line may hold: anything past these is damage (an edit, a bad disk), never a run's number; a line
+# with every metric of a large model's optimizer_monitor is tens of KB
+MAX_LINE_BYTES = 1 << 20
+MAX_FILE_BYTES = 256 << 20  # half a million batches of ~500 bytes; every record is kept in memory to plot
+_COUNTS = {"batch": 10**10, "samples": 10**15, "bytes": 10**18}  # whole numbers 0..this
+_LOSSES = ("loss/train/total", "metrics/train/BitsPerByte", "metrics/eval/LossPerSymbol", "metrics/eval/BitsPerByte")
+MAX_LOSS = 1e6  # nats or bits: a uniform guess over 2**20 symbols is 14 nats; a diverged run a few thousand
+CUT_SHORT = "cut short"  # the last line without its newline: a run writing it, or one a kill stopped
+
+
+def _problem(rec: Any) -> str | None:
+    """Why a parsed line is no record of a run (None: it is one): a record holds a whole `batch` and sane numbers."""
+    if not isinstance(rec, dict):
+        return "not a JSON object"
+    for key, top in _COUNTS.items():  # every line has its batch; a start line has no samples or bytes
+        value = rec.get(key, 0 if key != "batch" else None)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+            return "value out of range"
+    for key in _LOSSES:
+        value = rec.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LOSS:
+            return "value out of range"  # NaN fails the comparison too
+    return None
+
+
+def _parse(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """One line -> (its record, None), (None, why it is damaged), or (None, None) for a blank line."""
+    if len(raw) > MAX_LINE_BYTES:
+        return None, "too long"
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "not UTF-8"
+    if not text.strip():
+        return None, None
+    try:
+        rec = json.loads(text)
+    except json.JSONDecodeError:
+        return None, "not JSON"
+    except RecursionError:  # json's parser recurses once per [ or {
+        return None, "nested too deep"
+    why = _problem(rec)
+    return (None, why) if why else (rec, None)
+
+
+def _lines(f: Any) -> Iterator[tuple[bytes, bool]]:
+    """(line, whether it ended with a newline) of a binary file; a line over MAX_LINE_BYTES is read in bounded
+    pieces and comes back as its first MAX_LINE_BYTES + 1 bytes."""
+    while line := f.readline(MAX_LINE_BYTES + 1):
+        ended = line.endswith(b"\n")
+        if not ended and len(line) > MAX_LINE_BYTES:
+            while (rest := f.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                pass  # skip the rest of a too-long line
+            ended = bool(rest)
+        yield line.rstrip(b"\r\n"), ended
+
+
+def _records(path: str, skipped: Counter[str]) -> list[dict[str, Any]]:
+    """The records of a metrics file, in order; each damaged line counted in `skipped` under why."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 (closed below; bytes: one bad byte spoils its line only)
     except FileNotFoundError:
         return []
     out = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line a kill cut short
-        if isinstance(rec, dict):
-            out.append(rec)
+    with f:
+        for raw, ended in _lines(f):
+            rec, why = _parse(raw)
+            if why is not None:
+                skipped[why if ended or why == "too long" else CUT_SHORT] += 1
+            elif rec is not None:
+                out.append(rec)
     return out
 
 
-def read_metrics(path: str) -> dict[str, list[dict[str, Any]]]:
-    """{"train": [...], "eval": [...]}, each sorted by batch; a batch logged by several sessions (a resumed
-    run redoes the batches after its checkpoint) keeps the last session's line."""
+def read_metrics(path: str) -> dict[str, Any]:
+    """{"train": [...], "eval": [...], "skipped": {why: lines}}, each list sorted by batch; a batch logged by several
+    sessions (a resumed run redoes the batches after its checkpoint) keeps the last session's line.
+
+    A damaged line (not UTF-8, not a JSON object, too long or nested too deep, a batch that is no whole number or a
+    loss that is no sane number) is skipped and counted under why; ConfigError for a file over MAX_FILE_BYTES.
+    """
+    size = os.path.getsize(path)
+    if size > MAX_FILE_BYTES:
+        raise ConfigError(
+            f"{path} is {size} bytes, more than hbpe reads from a metrics file ({MAX_FILE_BYTES >> 20} MiB): a "
+            f"run's lines are a few hundred bytes each; plot a copy of its last lines, e.g. tail -n 100000 {path} > "
+            "/tmp/metrics.jsonl && hbpe plot --checkpoint /tmp/metrics.jsonl"
+        )
+    skipped: Counter[str] = Counter()
     by_kind: dict[str, dict[int, dict[str, Any]]] = {"train": {}, "eval": {}}
-    for rec in _records(path):
-        kind, batch = rec.get("kind"), rec.get("batch")
-        if kind in by_kind and isinstance(batch, int):
-            by_kind[kind][batch] = rec
-    return {kind: [recs[b] for b in sorted(recs)] for kind, recs in by_kind.items()}
+    for rec in _records(path, skipped):
+        if rec.get("kind") in by_kind:
+            by_kind[rec["kind"]][rec["batch"]] = rec
+    out: dict[str, Any] = {kind: [recs[b] for b in sorted(recs)] for kind, recs in by_kind.items()}
+    out["skipped"] = dict(skipped)
+    return out

@@ -16,6 +16,8 @@ TRAIN_LOSS, TRAIN_BPB, EVAL_LOSS, EVAL_BPB = (
     "metrics/eval/LossPerSymbol",
     "metrics/eval/BitsPerByte",
 )
+IMAGE_FORMATS = ("png", "svg", "pdf")  # what --out may name: matplotlib writes each without extra packages
+DEFAULT_NAME = "curves.png"
 
 
 def metrics_path(run: str) -> str:
@@ -34,18 +36,55 @@ def metrics_path(run: str) -> str:
     return path
 
 
+def output_path(out: str | None, metrics: str) -> tuple[str, str]:
+    """(where the plot goes, its format): `out`, its DEFAULT_NAME when it is a folder, by default DEFAULT_NAME beside
+    the metrics file. ConfigError for a name that is no image format (a run's hbpe_run.json, checkpoints, log and
+    metrics are none) or a link, through which a run's file could be overwritten."""
+    given = out is not None
+    out = os.path.join(os.path.dirname(metrics), DEFAULT_NAME) if out is None else out
+    if os.path.isdir(out):
+        out = os.path.join(out, DEFAULT_NAME)
+    what = f"--out {out}" if given else out
+    suffix = os.path.splitext(out)[1]
+    if suffix.lower().lstrip(".") not in IMAGE_FORMATS:
+        raise ConfigError(
+            f"{what}: {suffix or 'no suffix'} is not an image format hbpe plot writes; choose a file ending in "
+            f"{', '.join('.' + f for f in IMAGE_FORMATS[:-1])} or .{IMAGE_FORMATS[-1]} (or a folder, for its {DEFAULT_NAME})"
+        )
+    real = os.path.realpath(out)
+    if os.path.islink(out) or real == os.path.realpath(metrics):
+        why = f"is a link to {real}" if os.path.islink(out) else "is the metrics file to plot"
+        raise ConfigError(
+            f"{what} {why}: hbpe plot writes neither through a link nor over its input, so as not to overwrite a "
+            "run's files; pass another --out"
+        )
+    return out, suffix.lower().lstrip(".")
+
+
+def skipped_text(skipped: dict[str, int], *, where: str = "") -> str:
+    """'183 lines of WHERE (value out of range: 183)' for the `skipped` of `read_metrics`."""
+    of = f" of {where}" if where else ""
+    return f"{sum(skipped.values())} lines{of} ({', '.join(f'{why}: {n}' for why, n in skipped.items())})"
+
+
 def plot_run(run: str, *, out: str | None = None, x: str = "batches") -> dict[str, Any]:
     """Draw loss (train loss per symbol, eval loss per symbol) and BPB (train, eval) against `x` -> a summary.
 
-    `out` defaults to `curves.png` beside the metrics file.
+    `out` (a .png, .svg or .pdf, or a folder) defaults to `curves.png` beside the metrics file. Damaged lines of
+    the metrics file are skipped and counted in the summary's `skipped_lines` ({why: lines}).
     """
     if x not in X_AXES:
         raise ConfigError(f"x={x!r}: choose one of {', '.join(X_AXES)}; e.g. --x bytes")
     path = metrics_path(run)
+    out, fmt = output_path(out, path)
     data = read_metrics(path)
     if not data["train"] and not data["eval"]:
+        if data["skipped"]:
+            raise ConfigError(
+                f"{path} holds no usable train or eval line: skipped {skipped_text(data['skipped'])}, so it is "
+                "damaged or not a metrics.jsonl of hbpe train; pass the run's own (a save folder keeps it beside train.log)"
+            )
         raise ConfigError(f"{path} holds no train or eval lines yet; plot it once the run has trained a batch")
-    out = out or os.path.join(os.path.dirname(path), "curves.png")
     import matplotlib
 
     matplotlib.use("Agg")  # no display: write the file only
@@ -70,7 +109,7 @@ def plot_run(run: str, *, out: str | None = None, x: str = "batches") -> dict[st
     fig.suptitle(os.path.basename(os.path.dirname(os.path.abspath(path))) or path)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=100)
+    fig.savefig(out, format=fmt, dpi=100)
     plt.close(fig)
     last_eval = data["eval"][-1] if data["eval"] else {}
     return {
@@ -81,4 +120,5 @@ def plot_run(run: str, *, out: str | None = None, x: str = "batches") -> dict[st
         "eval_points": len(data["eval"]),
         "last_batch": max((r["batch"] for r in data["train"] + data["eval"]), default=0),
         "final_eval_bpb": last_eval.get(EVAL_BPB),
+        "skipped_lines": data["skipped"],
     }

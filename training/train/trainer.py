@@ -22,6 +22,7 @@ from hbpe.training.checkpoint.save_folder import (  # re-exported: the save-fold
     clear_previous_run,
     latest_checkpoint,
     set_aside_incomplete,
+    spans_duration,
 )
 from hbpe.training.data.loader import epoch_samples, read_manifest
 from hbpe.training.data.stream_cache import release as release_cache
@@ -31,6 +32,7 @@ from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_count
 from hbpe.training.train.calibration import resolve_entropy_threshold, resolve_tokenizer
 from hbpe.training.train.callbacks import ThroughputMeter
 from hbpe.training.train.composer_model import HierarchicalComposerModel
+from hbpe.training.train.launch_command import rendezvous_marked
 from hbpe.training.train.loggers import build_callbacks, build_loggers
 from hbpe.training.train.metrics_file import METRICS_FILE, MetricsFile
 from hbpe.training.train.optimizer import build_optimizer, build_scheduler
@@ -71,9 +73,10 @@ def check_not_finished(cfg: TrainConfig, trainer: Any) -> None:
     done = state.timestamp.get(state.max_duration.unit)
     if state.max_duration <= done:
         source = f"load_path {cfg.load_path}" if cfg.load_path else f"the run in save_folder {cfg.save_folder}"
+        also = " (with optim.allow_new_duration=true: its schedule spans max_duration)" if spans_duration(cfg) else ""
         raise ConfigError(
             f"{source} is already trained to {done} (max_duration={cfg.max_duration}); raise max_duration above "
-            f"{done} to continue it, or set save_folder to a new folder for a new run"
+            f"{done} to continue it{also}, or set save_folder to a new folder for a new run"
         )
 
 
@@ -100,7 +103,8 @@ def _start(cfg: TrainConfig, *, save_enabled: bool) -> tuple[str, int]:
     device = composer_device(cfg.device)
     world = dist.get_world_size()
     if world > 1:
-        dist.initialize_dist(device)  # early, for the barrier below (the Trainer reuses the process group)
+        with rendezvous_marked():  # `hbpe train` on node R > 0 bounds this wait (launch_command.RendezvousWatch)
+            dist.initialize_dist(device)  # early, for the barrier below (the Trainer reuses the process group)
     if save_enabled:
         check_save_folder(cfg)
         dist.barrier()  # every rank has looked at the folder before rank 0 writes the run files into it
