@@ -91,10 +91,12 @@ class Attention(nn.Module):
         mask = None
         if key_mask is not None:  # (B, Lk) True = attend
             mask = key_mask[:, None, None, :]
-        if causal and (L > 1):
+        plain_causal = causal and L > 1 and mask is None and k.shape[2] == L  # SDPA's own causal kernel, no mask
+        if causal and L > 1 and not plain_causal:
             tri = torch.ones(L, k.shape[2], dtype=torch.bool, device=x.device).tril(diagonal=k.shape[2] - L)
             mask = tri if mask is None else (mask & tri)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+        drop = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop, is_causal=plain_causal)
         return self.out(y.transpose(1, 2).reshape(B, L, D))
 
     def _packed(self, x: torch.Tensor, packing: PatchPacking, *, causal: bool) -> torch.Tensor:
