@@ -638,6 +638,9 @@ class DataConfig(_Section):
         return None if self.cache_limit is None else byte_count(self.cache_limit)
 
 
+LOSS_NORMALIZATIONS = ("symbol", "byte")  # optim.loss_normalization
+
+
 @dataclass(frozen=True)
 class OptimConfig(_Section):
     _section: ClassVar[str] = "optim"
@@ -650,6 +653,13 @@ class OptimConfig(_Section):
     schedule: str = "cosine"  # "cosine" (to alpha_f * lr) or "constant"
     alpha_f: float = 0.1
     grad_clip_norm: float = 1.0  # 0 turns clipping off
+    # the training loss: mean NLL per predicted symbol (tokens for BPE, symbols for BPE-patch: each scheme's own
+    # unit, so gradient clipping acts on different scales), or per byte of text (nll_sum / target_bytes: one unit
+    # for every scheme, which the experiments use). Either is over the local (micro)batch; ranks average it
+    loss_normalization: str = "symbol"
+    # weight decay of embedding tables and output heads (a tied head is its embedding): false exempts every
+    # nn.Embedding (also when tied to the head) while an untied Linear head decays; true decays every matrix
+    decay_embeddings: bool = False
 
     def __post_init__(self) -> None:
         # before the type check, so `optim.warmup=10` is told about units rather than "expected a string"
@@ -662,6 +672,7 @@ class OptimConfig(_Section):
         wd = self.weight_decay
         _check_range("optim.weight_decay", wd >= 0, wd, "must be >= 0", "optim.weight_decay=0.1")
         _check_choice("optim.schedule", self.schedule, ("cosine", "constant"))
+        _check_choice("optim.loss_normalization", self.loss_normalization, LOSS_NORMALIZATIONS)
         _check_range("optim.alpha_f", 0 <= self.alpha_f <= 1, self.alpha_f, "must be in [0, 1]", "optim.alpha_f=0.1")
         g = self.grad_clip_norm
         _check_range("optim.grad_clip_norm", g >= 0, g, "must be >= 0 (0: no clipping)", "optim.grad_clip_norm=1.0")
