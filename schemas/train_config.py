@@ -88,6 +88,7 @@ _EXAMPLES = {
     "data.predownload": "data.predownload=64",
     "data.shuffle_block_size": "data.shuffle_block_size=262144",
     "data.epoch_size": "data.epoch_size=100000",
+    "data.eval_samples": "data.eval_samples=320",
     # a stream is an item of the data.streams list: its examples are that item, as YAML
     "data.streams.remote": "{remote: runs/demo/shards-train, proportion: 0.5}",
     "data.streams.local": "{remote: gs://bucket/shards, local: /tmp/stream-a}",
@@ -541,6 +542,10 @@ class DataConfig(_Section):
 
     train: str | None = ""  # shard directory or URI from `hbpe convert` (null when data.streams mixes several)
     eval: str | None = None  # held-out shards
+    # samples per evaluation, in blocks of one device batch spread over the whole of data.eval, every prefix of
+    # them spread too (training/data/eval_set.py); null: every held-out sample in order (eval_subset_num_batches
+    # then reads the first batches of the split)
+    eval_samples: int | None = None
     streams: tuple[StreamConfig, ...] | None = None  # several training streams, each with its weight
     tokenizer: str | None = None  # default: the (first) training shards' own tokenizer copy
     max_patch_size: int | None = None  # re-patch `tokens` with another S (same first stage)
@@ -571,7 +576,7 @@ class DataConfig(_Section):
             "data.shuffle_seed", 0 <= seed <= MAX_SEED, seed, f"must be in 0..{MAX_SEED}", "data.shuffle_seed=17"
         )
         _check_range("data.num_workers", self.num_workers >= 0, self.num_workers, "must be >= 0", "data.num_workers=2")
-        for name in ("num_canonical_nodes", "predownload", "shuffle_block_size", "epoch_size"):
+        for name in ("num_canonical_nodes", "predownload", "shuffle_block_size", "epoch_size", "eval_samples"):
             value = getattr(self, name)
             _check_range(f"data.{name}", value is None or value >= 1, value, "must be >= 1", self._example_of(name))
         _check_choice("data.shuffle_algo", self.shuffle_algo, SHUFFLE_ALGOS)
