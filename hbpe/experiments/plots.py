@@ -98,7 +98,7 @@ def _gap_panel(ax, a: dict[str, Any], label: str, xlabel: str) -> None:
     if fit is not None and x:
         end = a["crossover_log10"] if a["crossover_log10"] is not None else x[-1] + 1
         end = min(max(end, x[-1]), x[-1] + 4)  # at most 4 decades beyond the data
-        start = min(p["x"] for p in c if p["batch"] > a["fit_from_batch"])
+        start = a["fit_x_range"][0]  # the first point past both runs' own cut
         u = np.linspace(start, end, 50)
         ax.plot(u, fit["m"] + fit["b"] * (u - fit["x0"]), linestyle="--", color=line.get_color(),
                 label=f"fit: {a['slope']:+.3f} per decade [{a['slope_ci95'][0]:+.3f}, {a['slope_ci95'][1]:+.3f}]")  # fmt: skip

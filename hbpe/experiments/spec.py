@@ -72,8 +72,11 @@ class ExperimentSpec:
     lr: float = 3e-3
     warmup: int = 20
     eval_points: int = 5  # held-out evaluations along training: the training curve
-    eval_batches: int = 8  # held-out batches per curve point
-    final_eval_batches: int = 40  # held-out batches of the final BPB (the same samples for every run)
+    # the eval set: final_eval_batches blocks of one batch spread over the whole held-out split, the same samples
+    # for every run (experiments/eval_noise.py); the final BPB reads all of it, curve points its first
+    # eval_batches blocks (spread too; all of it when eval_batches >= final_eval_batches)
+    eval_batches: int = 8
+    final_eval_batches: int = 40
     plots: tuple[str, ...] = ("curve",)  # curve, vocab, s
     seed: int = 17
     extra: dict[str, Any] = field(default_factory=dict)  # train config overrides for every run
@@ -144,8 +147,11 @@ class ExperimentSpec:
         if not keep.get("entropy_corpus"):
             keep.pop("entropy_corpus", None)  # unset: the fingerprints of earlier experiments stay what they were
         keep.update(run=asdict(run), first_stage=asdict(self.first_stages[run.first_stage]))
+        keep["eval_set"] = EVAL_SET  # results evaluated on the split's first batches are not mixed in
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
+
+EVAL_SET = "spread-blocks-1"  # how runs are evaluated (eval_noise.py): part of every run's fingerprint
 
 # the budget's integers and their least values; an override arrives as YAML (`seq_len=abc` is a string)
 _AT_LEAST = {
