@@ -26,6 +26,7 @@ import numpy as np
 from hbpe.experiments.crossover import analyse_pair, describe
 from hbpe.experiments.eval_noise import gap_noise, row_noise, subset
 from hbpe.experiments.labels import row_label_suffix
+from hbpe.experiments.ladder import best_against_best, ladder_lines, ladder_points, lr_lines, lr_sweep
 from hbpe.experiments.out_folder import RESULTS_FORMAT
 from hbpe.experiments.plots import write_plots
 from hbpe.experiments.seeds import mean_curve, show, spread, within_noise
@@ -182,14 +183,23 @@ def _upper(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+LATENT_KEYS = ("latent_layers", "latent_dim", "latent_ffn", "latent_heads")
+
+
 def crossover_pairs(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(BPE run, BPE-patch run) names per first stage that has one of each."""
+    """(BPE run, BPE-patch run) names: a BPE-patch run pairs with the one BPE run of its first stage and latent
+    sizes (a ladder's widths pair by width; several BPE-patch runs, an S ladder's, share one BPE run)."""
+
+    def key(r: dict[str, Any]) -> tuple:
+        return (r["first_stage"], *(r["model"].get(k) for k in LATENT_KEYS))
+
     pairs = []
-    for fs in dict.fromkeys(r["first_stage"] for r in results):
-        bpe = list(dict.fromkeys(r["name"] for r in results if r["first_stage"] == fs and r["io"] == "bpe"))
-        hier = list(dict.fromkeys(r["name"] for r in results if r["first_stage"] == fs and r["io"] == "hierarchical"))
-        if len(bpe) == 1 and len(hier) == 1:
-            pairs.append((bpe[0], hier[0]))
+    for k in dict.fromkeys(key(r) for r in results):
+        group = [r for r in results if key(r) == k]
+        bpe = list(dict.fromkeys(r["name"] for r in group if r["io"] == "bpe"))
+        hier = list(dict.fromkeys(r["name"] for r in group if r["io"] == "hierarchical"))
+        if len(bpe) == 1:
+            pairs += [(bpe[0], h) for h in hier]
     return pairs
 
 
@@ -210,14 +220,25 @@ def write_report(
     eval_sets = eval_sets or {}
     equal = {key: equal_compute(results, key) for key in COMPUTE}
     table = render_table(spec, results, equal, eval_sets)
-    crossover = crossover_analyses(spec, results, eval_sets) if "crossover" in spec.plots else []
+    rows = group_rows(results, eval_sets)
+    wanted = {"crossover", "ladder"} & set(spec.plots)
+    crossover = crossover_analyses(spec, results, eval_sets) if wanted else []
     for c in crossover:
-        named = len(crossover) > 1  # name the runs when several first stages each have a pair
+        named = len(crossover) > 1  # name the runs when several pairs are compared
         a, b = ("BPE", "BPE-patch") if not named else (f"BPE ({c['a']})", f"BPE-patch ({c['b']})")
         table += "\n" + "\n".join(describe(c, a, b)) + "\n"
+    ladder = None
+    if "ladder" in spec.plots:
+        ladder = {
+            "pairs": ladder_points(spec, crossover, rows),
+            "best_against_best": best_against_best(results, rows, eval_sets),
+        }
+        table += "\n" + "\n".join(ladder_lines(ladder["pairs"], ladder["best_against_best"])) + "\n"
+    sweep = lr_sweep(rows) if "lr" in spec.plots else None
+    if sweep is not None:
+        table += "\n" + "\n".join(lr_lines(sweep)) + "\n"
     (out / "table.md").write_text(table)
-    rows = group_rows(results, eval_sets)
-    plots = write_plots(spec, rows, crossover, out)
+    plots = write_plots(spec, rows, crossover, out, ladder=ladder, sweep=sweep)
     report = {
         "format": RESULTS_FORMAT,  # a rerun tells its own results.json from a user's file (out_folder.py)
         "experiment": spec.name,
@@ -227,6 +248,8 @@ def write_report(
         "eval_set": eval_sets,  # per first stage: the held-out samples every BPB reads (eval_noise.py)
         "equal_compute": equal,
         "crossover": crossover,
+        "ladder": ladder,  # with plots: ladder (ladder.py)
+        "lr_sweep": sweep,  # with plots: lr
         "table": table,
         "plots": [str(out / p) for p in plots],
     }

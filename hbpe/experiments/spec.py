@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -44,10 +45,13 @@ class RunSpec:
     model: dict[str, Any]  # ModelConfig fields (io, sizes, entropy settings) over model_size
     max_patch_size: int | None = None  # S for BPE-patch (default: the first stage's tokenizer S)
     entropy_from: str | None = None  # io=entropy: the run whose final checkpoint is the entropy model
+    lr: float | None = None  # this run's learning rate (default: the spec's io_lr for its io, else its lr)
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or self.name.startswith("."):
             raise ConfigError(f"run name {self.name!r}: must be a plain folder name")
+        if self.lr is not None and not _positive(self.lr):
+            raise ConfigError(f"run {self.name}: lr={self.lr!r}, expected a finite number > 0, e.g. lr: 0.003")
         io = self.model.get("io", "hierarchical")
         if io not in IO_SCHEMES:
             raise ConfigError(f"run {self.name}: model.io={io!r}, expected one of {', '.join(IO_SCHEMES)}")
@@ -70,6 +74,9 @@ class ExperimentSpec:
     global_batch_size: int = 8
     batches: int = 200
     lr: float = 3e-3
+    # the learning rate per model kind (io: bpe, hierarchical, ...) for runs that set none of their own, over lr:
+    # how a sweep's best values reach other experiments (lr-sweep-mini's table prints the override)
+    io_lr: dict[str, float] = field(default_factory=dict)
     warmup: int = 20
     eval_points: int = 5  # held-out evaluations along training: the training curve
     # the eval set: final_eval_batches blocks of one batch spread over the whole held-out split, the same samples
@@ -140,6 +147,12 @@ class ExperimentSpec:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def run_lr(self, run: RunSpec) -> float:
+        """The learning rate `run` trains with: its own, else io_lr's for its io, else the spec's lr."""
+        if run.lr is not None:
+            return run.lr
+        return self.io_lr.get(run.model.get("io", "hierarchical"), self.lr)
+
     def run_fingerprint(self, run: RunSpec) -> str:
         """What decides a run's result: its spec, its first stage, the data and the budget (not the other runs)."""
         d = self.to_dict()
@@ -147,6 +160,8 @@ class ExperimentSpec:
         if not keep.get("entropy_corpus"):
             keep.pop("entropy_corpus", None)  # unset: the fingerprints of earlier experiments stay what they were
         keep.update(run=asdict(run), first_stage=asdict(self.first_stages[run.first_stage]))
+        keep.pop("io_lr", None)
+        keep["lr"] = self.run_lr(run)  # the rate it trains with, wherever it was set
         keep["eval_set"] = EVAL_SET  # results evaluated on the split's first batches are not mixed in
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -167,13 +182,12 @@ _AT_LEAST = {
     "seed": 0,
     "seeds": 1,
 }
-_PLOTS = ("curve", "vocab", "s", "crossover")
+_PLOTS = ("curve", "vocab", "s", "crossover", "ladder", "lr")  # ladder: gap and k vs size; lr: BPB vs lr
 SCHEDULES = ("cosine", "constant")  # optim.schedule of every run
 
 
 def _check_values(spec: ExperimentSpec) -> None:
     """Each field of `spec` against its type and range: one ConfigError naming the key, as its override is spelled."""
-    import math
 
     def bad(key: str, expected: str) -> ConfigError:
         default = ExperimentSpec.__dataclass_fields__[key].default
@@ -188,9 +202,11 @@ def _check_values(spec: ExperimentSpec) -> None:
             raise bad(key, f"an integer >= {least}")
     if spec.max_patch_size > MAX_PATCH_SIZE_LIMIT:
         raise bad("max_patch_size", f"an integer <= {MAX_PATCH_SIZE_LIMIT}")
-    lr = spec.lr
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+    if not _positive(spec.lr):
         raise bad("lr", "a finite number > 0")
+    if not isinstance(spec.io_lr, dict) or not all(k in IO_SCHEMES and _positive(v) for k, v in spec.io_lr.items()):
+        raise bad("io_lr", f"a mapping of model kinds ({', '.join(IO_SCHEMES)}) to learning rates > 0, "
+                  "e.g. io_lr={bpe: 0.003, hierarchical: 0.01}")  # fmt: skip
     for key in ("name", "model_size"):
         if not isinstance(getattr(spec, key), str) or not getattr(spec, key):
             raise bad(key, "a non-empty string")
@@ -207,12 +223,18 @@ def _check_values(spec: ExperimentSpec) -> None:
     unknown = [p for p in spec.plots if p not in _PLOTS]
     if unknown:
         raise bad("plots", f"a list of {', '.join(_PLOTS)} (not {', '.join(unknown)})")
-    if "crossover" in spec.plots and not {"bpe", "hierarchical"} <= {r.model.get("io") for r in spec.runs}:
-        raise bad("plots", "a BPE run (io=bpe) and a BPE-patch run (io=hierarchical) for the crossover plot")
+    for plot in ("crossover", "ladder"):
+        if plot in spec.plots and not {"bpe", "hierarchical"} <= {r.model.get("io") for r in spec.runs}:
+            raise bad("plots", f"a BPE run (io=bpe) and a BPE-patch run (io=hierarchical) for the {plot} plot")
     if spec.schedule not in SCHEDULES:
         raise bad("schedule", f"one of {', '.join(SCHEDULES)}")
     if not isinstance(spec.extra, dict):
         raise bad("extra", "a mapping of train config overrides, e.g. extra={data: {shuffle: false}}")
+
+
+def _positive(x: Any) -> bool:
+    """A finite number > 0 (a learning rate), not a bool."""
+    return not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
 def _strings(d: dict[str, Any], key: str, default: tuple[str, ...]) -> Any:
