@@ -127,3 +127,22 @@ def test_the_other_ladders_run_narrowed_with_the_fair_objective(corpus, tmp_path
     run_dir = next((tmp_path / "x" / "runs").iterdir())
     optim = json.loads((run_dir / "train" / "hbpe_run.json").read_text())["train_config"]["optim"]
     assert (optim["loss_normalization"], optim["decay_embeddings"]) == ("byte", True)
+
+
+def test_learning_rates_per_run_and_per_model_are_checked():
+    from hbpe.schemas.errors import ConfigError
+
+    with pytest.raises(
+        ConfigError, match=r"^experiment io_lr=\{'bpe-patch': 0.01\}: expected a mapping of model kinds"
+    ):
+        load_spec("ladder-s", ["io_lr={bpe-patch: 0.01}"])  # a run name, not a model kind
+    with pytest.raises(ConfigError, match=r"^experiment io_lr=\{'bpe': 0\}: expected"):
+        load_spec("ladder-s", ["io_lr={bpe: 0}"])
+    with pytest.raises(ConfigError, match=r"^run a: lr='x', expected a finite number > 0"):
+        load_spec("ladder-s", ["runs=[{name: a, first_stage: v4096, model: {io: bpe}, lr: x}]"])
+    spec = load_spec("lr-sweep-mini", ["io_lr={bpe: 0.5}"])  # a run's own lr wins over io_lr
+    assert {spec.run_lr(r) for r in spec.runs} == {0.001, 0.003, 0.01}
+    # the rate a run trains with decides its fingerprint, wherever it was set
+    a = load_spec("ladder-s", ["lr=0.01"])
+    b = load_spec("ladder-s", ["io_lr={bpe: 0.01, hierarchical: 0.01}"])
+    assert [a.run_fingerprint(r) for r in a.runs] == [b.run_fingerprint(r) for r in b.runs]
