@@ -17,6 +17,7 @@ import pytest
         "hbpe.pipeline.beam.shard_tasks",
         "hbpe.training.model.flops",
         "hbpe.training.data.byte_patching",
+        "hbpe.training.data.eval_set",
         "hbpe.training.checkpoint.export_format",
         "hbpe.training.model.devices",
         "hbpe.schemas.manifest",
