@@ -48,6 +48,7 @@ def ladder_points(spec: ExperimentSpec, crossover: list[dict[str, Any]], rows: l
                 "gap_eval_sd": (c.get("final_gap_eval_noise") or {}).get("sd"),
                 "k": None if k is None else k["k"],
                 "k_ci95": None if k is None else k["k_ci95"],
+                "k_bound": c["bytes"]["factor"].get("bound_at_end") if k is None else None,
                 "k_compute_executed": (c["executed"]["factor"]["at_end"] or {}).get("k"),
                 "gap_curve": [
                     {"tokens_per_param": tokens_trained(spec, p["batch_b"]) / params, "delta": p["delta"]}
@@ -102,6 +103,8 @@ def ladder_lines(points: list[dict[str, Any]], best: dict[str, Any] | None) -> l
     for p in points:
         gap = "–" if p["gap"] is None else f"{p['gap']:+.4f}" + (f" ± {p['gap_std']:.4f}" if p["gap_std"] else "")
         k = "–" if p["k"] is None else f"{p['k']:.3g}"
+        if p["k"] is None and p.get("k_bound"):  # BPE-patch's BPB outside BPE's curve: only bounded
+            k = f"{'≤' if p['k_bound'][0] == '<=' else '≥'} {p['k_bound'][1]:.3g}"
         if p["k"] is not None and p["k_ci95"]:
             k += f" [{p['k_ci95'][0]:.3g}, {p['k_ci95'][1]:.3g}]"
         kc = "–" if p["k_compute_executed"] is None else f"{p['k_compute_executed']:.3g}"
@@ -131,13 +134,15 @@ def lr_sweep(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def lr_lines(sweep: dict[str, Any]) -> list[str]:
     """Markdown: BPB per lr for each model kind, and the override that passes the best ones on."""
-    lines = ["Learning rate sweep (final BPB, mean ± std of seeds):", "", "| model (io) | " + " | ".join(
-        "lr" for _ in range(max(len(v["lrs"]) for v in sweep.values()))) + " | best |"]  # fmt: skip
-    lines.append("|---|" + "---|" * (max(len(v["lrs"]) for v in sweep.values()) + 1))
+    lrs = sorted({lr for v in sweep.values() for lr in v["lrs"]})
+    lines = ["Learning rate sweep (final BPB, mean ± std of seeds):", "",
+             "| model (io) | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | best lr |",
+             "|---|" + "---|" * (len(lrs) + 1)]  # fmt: skip
     for io, v in sweep.items():
+        at = dict(zip(v["lrs"], v["bpb"], strict=True))
         cells = [
-            f"{lr:g}: {b['mean']:.4f}" + (f" ± {b['std']:.4f}" if b["std"] else "")
-            for lr, b in zip(v["lrs"], v["bpb"], strict=True)
+            "–" if lr not in at else f"{at[lr]['mean']:.4f}" + (f" ± {at[lr]['std']:.4f}" if at[lr]["std"] else "")
+            for lr in lrs
         ]
         lines.append(f"| {io} | " + " | ".join(cells) + f" | {v['best']:g} |")
     chosen = ", ".join(f"{io}: {v['best']:g}" for io, v in sweep.items())
