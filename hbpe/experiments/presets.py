@@ -319,8 +319,10 @@ def lr_sweep_mini(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -
                    eval_corpus, batches=400, eval_points=5, eval_blocks=16, plots=("curve", "lr"))  # fmt: skip
 
 
-# ladder-gpu: four sizes on one GPU. Measured on an H100 (bf16, the model's training step alone, batch 32 x 128,
-# 2026-11): BPE 17, 18, 20, 23 ms and BPE-patch 48, 56, 57, 58 ms per step at x1, x2, x3, x5 (1.4 to 31 TFLOP/s:
+# ladder-gpu: four sizes on one GPU, through `hbpe experiment` (so a machine with the full stack: Composer,
+# streaming, Beam; infra/gpu/ holds the plain-PyTorch route for an image without them). Measured on an H100 (bf16,
+# the model's training step alone with AdamW and clipping, batch 32 x 128, a symbol in every one of the S positions
+# of every patch, 2026-11-27): BPE 17, 18, 20, 23 ms and BPE-patch 48, 56, 57, 58 ms per step at x1, x2, x3, x5 (1.4 to 31 TFLOP/s:
 # these sizes are bound by per-kernel overhead, not FLOPs; 5.5 PFLOPs for all eight runs at 1,600 steps would be
 # a minute at 100 TFLOP/s), 298 ms per step of all eight. 1,600 steps would be 8.0 minutes of steps alone; 1,000
 # steps are 5.0, plus about a minute of data (the 4K first stage takes 11 s, then the Beam conversion), and
