@@ -92,7 +92,8 @@ def experiment_cmd(
     eval_input: tuple[str, ...], entropy_input: tuple[str, ...], as_json: bool,
 ) -> None:  # fmt: skip
     """Run an experiment: a preset (table1-mini, chinese-mini, vocab-mini, s-ablation-mini,
-    crossover-mini, table1-small, table3-medium) or a YAML file, with key=value overrides of its spec
+    crossover-mini, ladder-paper-mini, ladder-width, ladder-data, ladder-s, lr-sweep-mini, ladder-gpu,
+    table1-small, table3-medium) or a YAML file, with key=value overrides of its spec
     (`batches=100`, `model.latent_layers=4` for every run). Writes results.json, table.md and
     PNG plots to --out.
 

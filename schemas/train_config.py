@@ -90,6 +90,7 @@ _EXAMPLES = {
     "data.predownload": "data.predownload=64",
     "data.shuffle_block_size": "data.shuffle_block_size=262144",
     "data.epoch_size": "data.epoch_size=100000",
+    "data.eval_samples": "data.eval_samples=320",
     # a stream is an item of the data.streams list: its examples are that item, as YAML
     "data.streams.remote": "{remote: runs/demo/shards-train, proportion: 0.5}",
     "data.streams.local": "{remote: gs://bucket/shards, local: /tmp/stream-a}",
@@ -547,6 +548,10 @@ class DataConfig(_Section):
 
     train: str | None = ""  # shard directory or URI from `hbpe convert` (null when data.streams mixes several)
     eval: str | None = None  # held-out shards
+    # samples per evaluation, in blocks of one device batch spread over the whole of data.eval, every prefix of
+    # them spread too (training/data/eval_set.py); null: every held-out sample in order (eval_subset_num_batches
+    # then reads the first batches of the split)
+    eval_samples: int | None = None
     streams: tuple[StreamConfig, ...] | None = None  # several training streams, each with its weight
     tokenizer: str | None = None  # default: the (first) training shards' own tokenizer copy
     max_patch_size: int | None = None  # re-patch `tokens` with another S (same first stage)
@@ -577,7 +582,7 @@ class DataConfig(_Section):
             "data.shuffle_seed", 0 <= seed <= MAX_SEED, seed, f"must be in 0..{MAX_SEED}", "data.shuffle_seed=17"
         )
         _check_range("data.num_workers", self.num_workers >= 0, self.num_workers, "must be >= 0", "data.num_workers=2")
-        for name in ("num_canonical_nodes", "predownload", "shuffle_block_size", "epoch_size"):
+        for name in ("num_canonical_nodes", "predownload", "shuffle_block_size", "epoch_size", "eval_samples"):
             value = getattr(self, name)
             _check_range(f"data.{name}", value is None or value >= 1, value, "must be >= 1", self._example_of(name))
         _check_choice("data.shuffle_algo", self.shuffle_algo, SHUFFLE_ALGOS)
@@ -644,6 +649,9 @@ class DataConfig(_Section):
         return None if self.cache_limit is None else byte_count(self.cache_limit)
 
 
+LOSS_NORMALIZATIONS = ("symbol", "byte")  # optim.loss_normalization
+
+
 @dataclass(frozen=True)
 class OptimConfig(_Section):
     _section: ClassVar[str] = "optim"
@@ -659,6 +667,13 @@ class OptimConfig(_Section):
     # autoresume with another max_duration than the run's: a cosine schedule (or a warm-up in dur) is laid over the
     # new length, and the learning rate jumps to its value at the checkpoint's batch; refused unless this is true
     allow_new_duration: bool = False
+    # the training loss: mean NLL per predicted symbol (tokens for BPE, symbols for BPE-patch: each scheme's own
+    # unit, so gradient clipping acts on different scales), or per byte of text (nll_sum / target_bytes: one unit
+    # for every scheme, which the experiments use). Either is over the local (micro)batch; ranks average it
+    loss_normalization: str = "symbol"
+    # weight decay of embedding tables and output heads (a tied head is its embedding): false exempts every
+    # nn.Embedding (also when tied to the head) while an untied Linear head decays; true decays every matrix
+    decay_embeddings: bool = False
 
     def __post_init__(self) -> None:
         # before the type check, so `optim.warmup=10` is told about units rather than "expected a string"
@@ -671,6 +686,7 @@ class OptimConfig(_Section):
         wd = self.weight_decay
         _check_range("optim.weight_decay", wd >= 0, wd, "must be >= 0", "optim.weight_decay=0.1")
         _check_choice("optim.schedule", self.schedule, ("cosine", "constant"))
+        _check_choice("optim.loss_normalization", self.loss_normalization, LOSS_NORMALIZATIONS)
         _check_range("optim.alpha_f", 0 <= self.alpha_f <= 1, self.alpha_f, "must be in [0, 1]", "optim.alpha_f=0.1")
         g = self.grad_clip_norm
         _check_range("optim.grad_clip_norm", g >= 0, g, "must be >= 0 (0: no clipping)", "optim.grad_clip_norm=1.0")

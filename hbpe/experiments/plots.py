@@ -10,9 +10,16 @@ from hbpe.experiments.spec import ExperimentSpec
 
 
 def write_plots(
-    spec: ExperimentSpec, rows: list[dict[str, Any]], crossover: list[dict[str, Any]], out: Path
+    spec: ExperimentSpec,
+    rows: list[dict[str, Any]],
+    crossover: list[dict[str, Any]],
+    out: Path,
+    *,
+    ladder: dict[str, Any] | None = None,
+    sweep: dict[str, Any] | None = None,
 ) -> list[str]:
-    """The plots `spec.plots` asks for, from the report's rows (seed-mean curves with bpb_min/bpb_max)."""
+    """The plots `spec.plots` asks for, from the report's rows (seed-mean curves with bpb_min/bpb_max), its
+    crossover analyses, ladder points and lr sweep (experiments/ladder.py)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on a training machine
@@ -81,7 +88,60 @@ def write_plots(
         axes[0].set_title(f"{spec.name}: gap BPB(BPE-patch) - BPB(BPE), at equal bytes", fontsize=9)
         axes[1].set_title("... at equal executed compute", fontsize=9)
         save(fig, "crossover.png")
+    if "ladder" in spec.plots and ladder and ladder["pairs"]:
+        fig = _ladder_figure(plt, spec, ladder["pairs"])
+        save(fig, "ladder.png")
+    if "lr" in spec.plots and sweep:
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        for io, v in sweep.items():
+            ax.errorbar(v["lrs"], [b["mean"] for b in v["bpb"]], yerr=[b["std"] or 0 for b in v["bpb"]], marker="o",
+                        capsize=3, label=f"{io} (best {v['best']:g})")  # fmt: skip
+        ax.set(xlabel="learning rate", ylabel="held-out bits per byte", title=f"{spec.name}: BPB vs lr", xscale="log")
+        ax.legend(fontsize=8)
+        save(fig, "lr.png")
     return written
+
+
+def _ladder_figure(plt, spec: ExperimentSpec, pairs: list[dict[str, Any]]):
+    """Gap and data factor k against BPE-patch's parameters (final, one point per pair) and against tokens per
+    parameter (each pair's curve)."""
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    params = [p["params_b"] / 1e6 for p in pairs]
+    axes[0][0].errorbar(params, [p["gap"] for p in pairs], yerr=[p["gap_std"] or 0 for p in pairs], marker="o",
+                        capsize=3)  # fmt: skip
+    ks = [(x, p) for x, p in zip(params, pairs, strict=True) if p["k"] is not None]
+    if ks:
+        lo = [p["k"] - (p["k_ci95"] or [p["k"]])[0] for _, p in ks]
+        hi = [(p["k_ci95"] or [0, p["k"]])[1] - p["k"] for _, p in ks]
+        axes[1][0].errorbar([x for x, _ in ks], [p["k"] for _, p in ks], yerr=[lo, hi], marker="o", capsize=3)
+    for p in pairs:
+        label = f"{p['b']} − {p['a']}"
+        c = p["gap_curve"]
+        axes[0][1].plot([q["tokens_per_param"] for q in c], [q["delta"] for q in c], marker=".", label=label)
+        k = p["k_curve"]
+        axes[1][1].plot([q["tokens_per_param"] for q in k], [q["k"] for q in k], marker=".", label=label)
+    for ax in axes[0]:
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_ylabel("BPB gap, BPE-patch − BPE (> 0: BPE ahead)")
+    measured = bool(ks) or any(p["k_curve"] for p in pairs)
+    for ax in axes[1]:
+        ax.axhline(1, color="black", linewidth=0.8)
+        ax.set(ylabel="data factor k (< 1: BPE needs less data)")
+        if measured:
+            ax.set_yscale("log")
+        else:  # every BPE-patch BPB outside BPE's curve: k is only bounded (results.json)
+            ax.text(0.5, 0.5, "k not measured: outside BPE's curve", ha="center", transform=ax.transAxes)
+    log_x = [axes[0][0], axes[0][1]] + ([axes[1][0], axes[1][1]] if measured else [])  # an empty axis has no log
+    for ax in (axes[0][0], axes[1][0]):
+        ax.set(xlabel="BPE-patch parameters (M)")
+    for ax in (axes[0][1], axes[1][1]):
+        ax.set(xlabel="tokens trained per BPE-patch parameter")
+    for ax in log_x:
+        ax.set_xscale("log")
+    axes[0][1].legend(fontsize=7)
+    axes[0][0].set_title(f"{spec.name}: final gap (at equal bytes) vs size", fontsize=9)
+    axes[0][1].set_title("gap along training", fontsize=9)
+    return fig
 
 
 def _gap_panel(ax, a: dict[str, Any], label: str, xlabel: str) -> None:
@@ -98,7 +158,7 @@ def _gap_panel(ax, a: dict[str, Any], label: str, xlabel: str) -> None:
     if fit is not None and x:
         end = a["crossover_log10"] if a["crossover_log10"] is not None else x[-1] + 1
         end = min(max(end, x[-1]), x[-1] + 4)  # at most 4 decades beyond the data
-        start = min(p["x"] for p in c if p["batch"] > a["fit_from_batch"])
+        start = a["fit_x_range"][0]  # the first point past both runs' own cut
         u = np.linspace(start, end, 50)
         ax.plot(u, fit["m"] + fit["b"] * (u - fit["x0"]), linestyle="--", color=line.get_color(),
                 label=f"fit: {a['slope']:+.3f} per decade [{a['slope_ci95'][0]:+.3f}, {a['slope_ci95'][1]:+.3f}]")  # fmt: skip

@@ -27,6 +27,11 @@ MINI = dict(
     encoder_layers=3,
     decoder_layers=3,
 )
+# One training objective and one weight-decay rule for every scheme (issue 29): the loss is the NLL per byte of
+# text (a per-symbol mean weighs a BPE token and a BPE-patch symbol alike, and gradient clipping then acts on
+# different scales), and every matrix decays, embedding tables and output heads included (with embeddings exempt,
+# BPE's tied table, half of a mini BPE model, was never decayed while BPE-patch's untied head was).
+FAIR_TRAINING = {"optim": {"loss_normalization": "byte", "decay_embeddings": True}}
 GPT2 = {"gpt2": FirstStageSpec(encoding="gpt2")}
 LLAMA3 = {"llama3": FirstStageSpec(encoding="${HBPE_SHARED_DATA}/ranks/llama3.tiktoken", pattern="llama3")}
 
@@ -84,6 +89,7 @@ def table1_mini(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> 
         batches=200,
         eval_points=5,
         plots=("curve",),
+        extra=FAIR_TRAINING,
     )
 
 
@@ -98,6 +104,7 @@ def chinese_mini(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) ->
         eval_corpus=eval_corpus,
         batches=160,
         eval_points=4,
+        extra=FAIR_TRAINING,
     )
 
 
@@ -121,6 +128,7 @@ def vocab_mini(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> E
         batches=160,
         eval_points=4,
         plots=("curve", "vocab"),
+        extra=FAIR_TRAINING,
     )
 
 
@@ -139,6 +147,7 @@ def s_ablation_mini(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...])
         batches=160,
         eval_points=4,
         plots=("curve", "s"),
+        extra=FAIR_TRAINING,
     )
 
 
@@ -152,13 +161,17 @@ def crossover_mini(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) 
     is 0.89 of the 0.44M latent, where gpt2's 50K at mini width would be 11x the latent (the
     paper's small model: 38.6M against 85M, 0.45), at 4.5 bytes per token (the paper's 4.1).
     The mini latent and local sizes, the constant schedule (every curve point a valid budget),
-    3 seeds, 20 curve points. 1,200 batches of 8 x 128 tokens = 1.2M tokens, about 5.3 MB of
-    text (4.3 bytes per token on this split): 0.55 of a pass over the 9.7 MB training split.
-    1,200 rather than a full pass (2,000) for the wall time: measured on 2 shared cores with one
-    torch thread (OMP_NUM_THREADS=1; two threads on busy cores ran 2.5-14x slower), BPE takes
-    0.23 s and BPE-patch 0.99 s per batch, evaluations included: 3 x 1,200 x 1.22 s = 73
-    minutes, against 2 hours for 2,000. The fit's range in decades of bytes does not depend on
-    the length (it skips the first 20% of every run); `batches=2000` restores the full pass.
+    3 seeds, 20 curve points, every one and the final BPB on one eval set of 40 blocks of 8
+    samples (about 176 KB) spread over the whole held-out split (eval_noise.py), the fair
+    objective and decay (FAIR_TRAINING). 1,200 batches of 8 x 128 tokens = 1.2M tokens, about
+    5.3 MB of text (4.3 bytes per token on this split): 0.55 of a pass over the 9.7 MB training
+    split. 1,200 rather than a full pass (2,150) for the wall time: measured on 2 shared cores
+    with one torch thread (OMP_NUM_THREADS=1; two threads on busy cores ran 2.5-14x slower), BPE
+    takes 0.19 s and BPE-patch 0.91 s per training batch (31 and 22 executed GFLOP/s); an eval
+    batch costs about a third of a training batch, so the 21 evaluations of 40 blocks add 0.28 s
+    per training batch: 3 x 1,200 x (1.10 + 0.28) s = about 81 minutes. The fit's range in
+    decades of bytes does not depend on the length (it skips the first 20% of every run);
+    `batches=2150` gives 0.98 of a pass.
     """
     fs = f"v{CROSSOVER_VOCAB}"
     return ExperimentSpec(
@@ -172,10 +185,161 @@ def crossover_mini(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) 
         schedule="constant",
         seeds=3,
         eval_points=20,
-        eval_batches=4,
+        eval_batches=40,  # the curve points read the whole eval set too: one set for every number
         final_eval_batches=40,
         plots=("curve", "crossover"),
+        extra=FAIR_TRAINING,
     )
+
+
+# The ladders (issue 29): how the gap and the data factor k (crossover.py) move with size, data and S. Each pairs
+# BPE and BPE-patch runs of one width (report.crossover_pairs), on crossover-mini's in-house 4K first stage, with
+# its constant schedule, 2 or more seeds, the fair objective and decay, and an eval set of 24 blocks (about 106 KB)
+# spread over the held-out split that every curve point reads too. The learning rate is 3e-3 for every run unless
+# `io_lr=...` passes lr-sweep-mini's best per model (its table prints the override).
+#
+# Wall-time estimates (one torch thread per run on this 2-core machine, two experiments at a time, as measured for
+# crossover-mini): executed training FLOPs at 31 GFLOP/s for BPE and 22 for BPE-patch, an eval batch a third of a
+# training batch. Small widths may run below these rates (per-operation overhead), wide ones above.
+LADDER_EVAL_BLOCKS = 24
+FULL_PASS = 2150  # batches of 8 x 128 tokens: 0.98 of a pass over en-sotu's 9.7 MB training split (2.2M tokens)
+
+
+def scaled(f: float, *, latent_layers: int = 4) -> dict[str, int]:
+    """The mini's shape at f times its widths (latent 96, FFN 256; local 64, FFN 128), 4 heads, 3 + 3 local layers."""
+    return {**MINI, "latent_layers": latent_layers, "latent_dim": round(96 * f), "latent_ffn": round(256 * f),
+            "local_dim": round(64 * f), "local_ffn": round(128 * f)}  # fmt: skip
+
+
+# the paper's proportions at mini width: 8 latent layers (0.88M), so the 4K embedding (4,098 x 96) is 0.44 of the
+# latent (the paper's small model: 0.45), and local models of width 48 / FFN 96, 0.2 of the latent
+PAPER_MINI = {**scaled(1, latent_layers=8), "local_dim": 48, "local_ffn": 96}
+WIDTHS = (0.5, 1, 2, 4)
+
+
+def _pair(suffix: str, fs: str, sizes: dict[str, int]) -> tuple[RunSpec, RunSpec]:
+    return _run(f"bpe{suffix}", "bpe", fs, sizes), _run(f"bpe-patch{suffix}", "hierarchical", fs, sizes)
+
+
+def _ladder(name: str, description: str, runs: tuple[RunSpec, ...], train_corpus: tuple[str, ...],
+            eval_corpus: tuple[str, ...], **budget: Any) -> ExperimentSpec:  # fmt: skip
+    fs = f"v{CROSSOVER_VOCAB}"
+    blocks = budget.pop("eval_blocks", LADDER_EVAL_BLOCKS)
+    return ExperimentSpec(
+        name=name,
+        description=description,
+        first_stages={fs: FirstStageSpec(vocab_size=CROSSOVER_VOCAB, pattern="gpt2")},
+        runs=runs,
+        train_corpus=train_corpus or (SHARED_EN,),
+        eval_corpus=eval_corpus,
+        schedule="constant",
+        eval_batches=blocks,  # every curve point reads the whole eval set, as the final BPB
+        final_eval_batches=blocks,
+        extra=FAIR_TRAINING,
+        **{"seeds": 2, "plots": ("curve", "crossover", "ladder"), **budget},
+    )
+
+
+def ladder_paper_mini(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
+    """BPE vs BPE-patch at the paper's proportions in miniature, over a full pass of the data.
+
+    PAPER_MINI: embedding / latent 0.44 (paper 0.45), local models / latent 0.20, 1.28M (BPE) and 1.06M
+    (BPE-patch) parameters. 2,150 batches (0.98 of a pass, 2.2M tokens), 2 seeds, 20 curve points.
+    Estimate: 9.0 and 16.4 executed GFLOPs per batch = 0.29 + 0.75 s, evaluations included about 40 minutes a
+    seed, 80 minutes in all (`seeds=3`: 2 hours).
+    """
+    fs = f"v{CROSSOVER_VOCAB}"
+    return _ladder("ladder-paper-mini", "BPE vs BPE-patch at the paper's proportions (8 latent layers, local width "
+                   "48), one pass", _pair("", fs, PAPER_MINI), train_corpus, eval_corpus, batches=FULL_PASS,
+                   eval_points=20)  # fmt: skip
+
+
+def ladder_width(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
+    """A capacity ladder at fixed data: the mini at x0.5, x1, x2 and x4 widths, BPE and BPE-patch at each.
+
+    0.31 / 0.84 / 2.56 / 8.66M parameters (BPE) and 0.20 / 0.74 / 2.88 / 11.37M (BPE-patch), every run 160
+    batches (164K tokens, 0.7 MB, as vocab-mini: 0.8 to 0.014 tokens per parameter), 2 seeds, 4 curve points.
+    The gap is reported at equal width (each pair) and best against best (ladder.py). Estimate: 2.2 + 5.6,
+    5.7 + 20, 17 + 76 and 55 + 293 executed GFLOPs per batch (BPE + BPE-patch), the x4 BPE-patch 13 s a batch
+    at 22 GFLOP/s: about 64 minutes a seed, 2.1 hours in all, two thirds of it the x4 pair.
+    """
+    fs = f"v{CROSSOVER_VOCAB}"
+    runs = tuple(r for f in WIDTHS for r in _pair(f"-x{f:g}", fs, scaled(f)))
+    return _ladder("ladder-width", "BPE vs BPE-patch at four widths of the mini (x0.5 to x4), fixed data", runs,
+                   train_corpus, eval_corpus, batches=160, eval_points=4, eval_blocks=16)  # fmt: skip
+
+
+def ladder_data(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
+    """The mini at x0.5 width over a full pass: 7 (BPE, 0.31M) to 11 (BPE-patch, 0.20M) tokens per parameter.
+
+    2,150 batches (0.98 of a pass), 3 seeds, 20 curve points: the gap and k along tokens per parameter up to where
+    the small models are near their data-limited loss. Estimate: 2.2 + 5.6 executed GFLOPs per batch, about 13
+    minutes a seed, 40 minutes in all (up to twice that if the small matrices run below the measured rates).
+    """
+    fs = f"v{CROSSOVER_VOCAB}"
+    return _ladder("ladder-data", "BPE vs BPE-patch at half the mini's width over a full pass (7-11 tokens per "
+                   "parameter)", _pair("-x0.5", fs, scaled(0.5)), train_corpus, eval_corpus, batches=FULL_PASS,
+                   eval_points=20, seeds=3)  # fmt: skip
+
+
+LADDER_S = (4, 6, 10)
+
+
+def ladder_s(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
+    """BPE-patch at S = 4, 6 and 10 on the 4K first stage (V' = 810, 464, 299), each against one BPE run.
+
+    One set of shards at S=10; S=4 and 6 derived at load time. 1,200 batches (crossover-mini's data), 2 seeds,
+    10 curve points. Estimate: 5.7 (BPE), 10.7, 13.6 and 20.0 executed GFLOPs per batch (BPE-patch at S=4, 6,
+    10: its local models run S positions per patch), about 48 minutes a seed, 95 minutes in all.
+    """
+    fs = f"v{CROSSOVER_VOCAB}"
+    runs = (_run("bpe", "bpe", fs),) + tuple(
+        _run(f"bpe-patch-s{s}", "hierarchical", fs, max_patch_size=s) for s in LADDER_S
+    )
+    return _ladder("ladder-s", "BPE vs BPE-patch at S = 4, 6, 10 (in-house 4K first stage)", runs, train_corpus,
+                   eval_corpus, batches=1200, eval_points=10, plots=("curve", "crossover", "ladder", "s"))  # fmt: skip
+
+
+LR_SWEEP = (1e-3, 3e-3, 1e-2)
+
+
+def lr_sweep_mini(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
+    """BPE and BPE-patch (mini) at lr 1e-3, 3e-3 and 1e-2, 400 batches, 2 seeds: the best rate per model.
+
+    The table ends with the override that passes the best rate per model to the ladders
+    (`io_lr={bpe: ..., hierarchical: ...}`); they are chosen at the mini's width, so at x4 they may be high.
+    Estimate: 6 runs of 400 x (0.19 or 0.91) s, about 24 minutes a seed, 47 minutes in all.
+    """
+    fs = f"v{CROSSOVER_VOCAB}"
+    runs = tuple(
+        _run(f"{name}-lr{lr:g}", io, fs, lr=lr) for name, io in (("bpe", "bpe"), ("bpe-patch", "hierarchical"))
+        for lr in LR_SWEEP
+    )  # fmt: skip
+    return _ladder("lr-sweep-mini", "BPE and BPE-patch (mini) at three learning rates", runs, train_corpus,
+                   eval_corpus, batches=400, eval_points=5, eval_blocks=16, plots=("curve", "lr"))  # fmt: skip
+
+
+# ladder-gpu: four sizes on one GPU, through `hbpe experiment` (so a machine with the full stack: Composer,
+# streaming, Beam; infra/gpu/ holds the plain-PyTorch route for an image without them). Measured on an H100 (bf16,
+# the model's training step alone with AdamW and clipping, batch 32 x 128, a symbol in every one of the S positions
+# of every patch, 2026-11-27): BPE 17, 18, 20, 23 ms and BPE-patch 48, 56, 57, 58 ms per step at x1, x2, x3, x5 (1.4 to 31 TFLOP/s:
+# these sizes are bound by per-kernel overhead, not FLOPs; 5.5 PFLOPs for all eight runs at 1,600 steps would be
+# a minute at 100 TFLOP/s), 298 ms per step of all eight. 1,600 steps would be 8.0 minutes of steps alone; 1,000
+# steps are 5.0, plus about a minute of data (the 4K first stage takes 11 s, then the Beam conversion), and
+# Composer, start-ups and 9 evaluations of 16 blocks (6-23 ms a block): about 7-7.5 minutes in all. Data: en-sotu
+# is the corpus that ships (/work/shared/data), 2.2M tokens a pass; 1,000 x 32 x 128 = 4.1M tokens is 1.9 passes,
+# and that is its ceiling: more steps repeat the same text again (held-out BPB then measures memorisation too).
+GPU_WIDTHS = (1, 2, 3, 5)  # BPE 0.84 / 2.56 / 5.16 / 13.0M, BPE-patch 0.74 / 2.88 / 6.42 / 17.7M parameters
+
+
+def ladder_gpu(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
+    """BPE vs BPE-patch at four sizes up to 17.7M parameters on one GPU in under 8 minutes (see above): x1, x2,
+    x3 and x5 of the mini, 1,000 steps of 32 x 128 tokens, 1 seed (`seeds=2` doubles the time), 8 curve points."""
+    fs = f"v{CROSSOVER_VOCAB}"
+    runs = tuple(r for f in GPU_WIDTHS for r in _pair(f"-x{f:g}", fs, scaled(f)))
+    return _ladder("ladder-gpu", "BPE vs BPE-patch at four sizes up to 18M parameters, on one GPU", runs,
+                   train_corpus, eval_corpus, batches=1000, global_batch_size=32, warmup=100, eval_points=8,
+                   eval_blocks=16, seeds=1)  # fmt: skip
 
 
 # the paper's medium models are trained on 15B tokens (its Table 3): at 256 x 2,048 = 524,288 tokens per batch
@@ -205,7 +369,7 @@ def _paper(
             eval_points=eval_points,  # one every ~500 batches
             eval_batches=20,
             final_eval_batches=200,
-            extra={"fsdp": {"version": 2}, "data": {"num_workers": 4}},
+            extra={**FAIR_TRAINING, "fsdp": {"version": 2}, "data": {"num_workers": 4}},
         )
 
     return build
@@ -217,6 +381,12 @@ PRESETS: dict[str, Callable[..., ExperimentSpec]] = {
     "vocab-mini": vocab_mini,
     "s-ablation-mini": s_ablation_mini,
     "crossover-mini": crossover_mini,
+    "ladder-paper-mini": ladder_paper_mini,
+    "ladder-width": ladder_width,
+    "ladder-data": ladder_data,
+    "ladder-s": ladder_s,
+    "lr-sweep-mini": lr_sweep_mini,
+    "ladder-gpu": ladder_gpu,  # one GPU, under 8 minutes
     # the paper's sizes and steps, for a GPU cluster (documented; not run here)
     "table1-small": _paper(
         "table1-small", "small", 4e-4, "Table 1 at the paper's small size (123M-class), 13.5K steps"

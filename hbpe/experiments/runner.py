@@ -26,10 +26,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from composer import Callback, Logger, State
 
 from hbpe.experiments.compute import context_row, executed_batch_flops, paper_train_flops_per_byte
 from hbpe.experiments.data_prep import StageData, corpus_files, prepare
+from hbpe.experiments.eval_noise import describe_eval_set
 from hbpe.experiments.inputs import combine
 from hbpe.experiments.out_folder import claim
 from hbpe.experiments.report import write_report
@@ -54,18 +56,45 @@ STATS_SAMPLES = 256  # samples of the training shards that measure each run's pa
 
 
 class EvalCurve(Callback):
-    """Held-out BPB at every evaluation, with the training bytes and executed FLOPs so far: the training curve."""
+    """Held-out BPB at every evaluation, with the training bytes and executed FLOPs so far: the training curve.
+
+    Also each evaluation's summed NLL and target bytes per eval batch (one block of the eval set each,
+    eval_noise.py: what the bootstrap over documents resamples; microbatches of a batch are added up),
+    and each training batch's bytes per second (their median is the run's throughput: robust to the
+    stalls of shared cores, which a total-bytes-over-total-seconds rate is not).
+    """
 
     def __init__(self) -> None:
         self.bytes = 0
         self.executed_flops = self.pad_flops = 0.0
         self.points: list[dict[str, float]] = []
+        self.batch_nll: list[float] = []  # the latest evaluation's, one per eval batch
+        self.batch_bytes: list[int] = []
+        self.rates: list[float] = []  # training bytes per second, one per batch after the first
+        self._t0 = 0.0
+
+    def batch_start(self, state: State, logger: Logger) -> None:
+        self._t0 = time.perf_counter()
 
     def batch_end(self, state: State, logger: Logger) -> None:
-        self.bytes += int(state.batch["target_bytes"].sum())
+        nbytes = int(state.batch["target_bytes"].sum())
+        if int(state.timestamp.batch) > 1:  # the first batch pays warm-up costs
+            self.rates.append(nbytes / max(time.perf_counter() - self._t0, 1e-9))
+        self.bytes += nbytes
         flops = executed_batch_flops(state)
         self.executed_flops += flops["executed"]
         self.pad_flops += flops["pad"]
+
+    def eval_start(self, state: State, logger: Logger) -> None:
+        self.batch_nll, self.batch_bytes = [], []
+
+    def eval_batch_start(self, state: State, logger: Logger) -> None:
+        self.batch_nll.append(0.0)
+        self.batch_bytes.append(0)
+
+    def eval_after_forward(self, state: State, logger: Logger) -> None:
+        self.batch_nll[-1] += float(state.outputs["nll_sum"])
+        self.batch_bytes[-1] += int(state.batch["target_bytes"].sum())
 
     def eval_end(self, state: State, logger: Logger) -> None:
         metrics = state.eval_metrics.get("eval", {})
@@ -78,6 +107,11 @@ class EvalCurve(Callback):
                     "bpb": float(metrics["BitsPerByte"].compute()),
                 }
             )
+
+
+def eval_set_samples(spec: ExperimentSpec) -> int:
+    """The samples of the experiment's eval set: `final_eval_batches` blocks of one batch (eval_noise.py)."""
+    return spec.final_eval_batches * spec.global_batch_size
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -98,6 +132,7 @@ def train_config(
         model["entropy_model"] = str(src / "train" / "latest-rank0.pt")
     # the seed sets the sample order too: the runs of one seed read the same samples
     data = {"train": str(stage.train), "eval": str(stage.eval), "tokenizer": str(stage.tokenizer), "shuffle_seed": seed}
+    data["eval_samples"] = eval_set_samples(spec)  # one fixed set spread over the held-out split, every run
     if run.max_patch_size is not None:
         data["max_patch_size"] = run.max_patch_size
     cfg = {
@@ -106,11 +141,11 @@ def train_config(
         "model_size": spec.model_size,
         "model": model,
         "data": data,
-        "optim": {"lr": spec.lr, "warmup": f"{spec.warmup}ba", "schedule": spec.schedule},
+        "optim": {"lr": spec.run_lr(run), "warmup": f"{spec.warmup}ba", "schedule": spec.schedule},
         "global_batch_size": spec.global_batch_size,
         "max_duration": f"{spec.batches}ba",
         "eval_interval": f"{max(spec.batches // spec.eval_points, 1)}ba",
-        "eval_subset_num_batches": spec.eval_batches,
+        "eval_subset_num_batches": spec.eval_batches,  # the eval set's first blocks: spread too (eval_noise.py)
         "save_folder": str(run_dir / "train"),
         "save_interval": f"{spec.batches}ba",
         "save_num_checkpoints_to_keep": 1,
@@ -186,7 +221,8 @@ def run_one(spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path, see
     built.trainer.fit()
     wall = time.perf_counter() - t
     points = list(curve.points)  # the final evaluation below is the table's BPB, not a point of the curve
-    built.trainer.eval(subset_num_batches=spec.final_eval_batches)  # the same held-out samples for every run
+    # the whole eval set (final_eval_batches blocks, fewer on a small split): the same samples for every run
+    built.trainer.eval(subset_num_batches=spec.final_eval_batches)
     final = {k: float(v.compute()) for k, v in built.trainer.state.eval_metrics["eval"].items()}
     built.trainer.close()
 
@@ -208,6 +244,7 @@ def run_one(spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path, see
         "name": run.name,
         "seed": seed,
         "schedule": spec.schedule,
+        "lr": spec.run_lr(run),
         "first_stage": run.first_stage,
         "first_stage_vocab": tok.encoding.max_token_value + 1,
         "max_patch_size": tok.max_patch_size,
@@ -215,6 +252,8 @@ def run_one(spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path, see
         "model": built.info["model"],
         "bpb": final["BitsPerByte"],
         "final_eval_batches": spec.final_eval_batches,
+        "eval_batch_nll": curve.batch_nll,  # the final evaluation's, per block of the eval set (eval_noise.py)
+        "eval_batch_bytes": curve.batch_bytes,
         "train_bytes": curve.bytes,
         "context_bytes": ctx["input_bytes"],
         "gflops_context": ctx["gflops"],  # forward, one sample, the paper's count at its own context
@@ -224,6 +263,7 @@ def run_one(spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path, see
         "local_layout": built.info["model"]["local_layout"],
         "train_seconds": wall,
         "train_bytes_per_sec": built.meter.summary()["bytes_per_sec"],
+        "train_bytes_per_sec_median": float(np.median(curve.rates)) if curve.rates else None,
         "curve": points,
         # unbounded entropy patches longer than byte_patching.UNBOUNDED_SAFETY_LIMIT, in the measured samples
         "forced_splits": getattr(scheme, "forced_splits", 0),
@@ -275,6 +315,10 @@ def _run_experiment(
 
     on_event(f"{spec.name}: preparing data in {out / 'data'}")
     data = prepare(spec, out, progress=progress, pipeline_args=pipeline_args)
+    eval_sets = {
+        key: describe_eval_set(stage.eval, blocks=spec.final_eval_batches, block=spec.global_batch_size)
+        for key, stage in data.items()
+    }
     results = []
     # seed by seed, every run of a seed before the next: a stopped experiment leaves complete seeds
     extra = _entropy_jobs(spec)  # trained first in each seed, kept out of the table
@@ -308,4 +352,4 @@ def _run_experiment(
             )
         if run not in extra:
             results.append(result)
-    return write_report(spec, results, out)
+    return write_report(spec, results, out, eval_sets)

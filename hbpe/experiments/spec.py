@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -45,10 +46,13 @@ class RunSpec:
     model: dict[str, Any]  # ModelConfig fields (io, sizes, entropy settings) over model_size
     max_patch_size: int | None = None  # S for BPE-patch (default: the first stage's tokenizer S)
     entropy_from: str | None = None  # io=entropy: the run whose final checkpoint is the entropy model
+    lr: float | None = None  # this run's learning rate (default: the spec's io_lr for its io, else its lr)
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or self.name.startswith("."):
             raise ConfigError(f"run name {self.name!r}: must be a plain folder name")
+        if self.lr is not None and not _positive(self.lr):
+            raise ConfigError(f"run {self.name}: lr={self.lr!r}, expected a finite number > 0, e.g. lr: 0.003")
         io = self.model.get("io", "hierarchical")
         if io not in IO_SCHEMES:
             raise ConfigError(f"run {self.name}: model.io={io!r}, expected one of {', '.join(IO_SCHEMES)}")
@@ -71,10 +75,16 @@ class ExperimentSpec:
     global_batch_size: int = 8
     batches: int = 200
     lr: float = 3e-3
+    # the learning rate per model kind (io: bpe, hierarchical, ...) for runs that set none of their own, over lr:
+    # how a sweep's best values reach other experiments (lr-sweep-mini's table prints the override)
+    io_lr: dict[str, float] = field(default_factory=dict)
     warmup: int = 20
     eval_points: int = 5  # held-out evaluations along training: the training curve
-    eval_batches: int = 8  # held-out batches per curve point
-    final_eval_batches: int = 40  # held-out batches of the final BPB (the same samples for every run)
+    # the eval set: final_eval_batches blocks of one batch spread over the whole held-out split, the same samples
+    # for every run (experiments/eval_noise.py); the final BPB reads all of it, curve points its first
+    # eval_batches blocks (spread too; all of it when eval_batches >= final_eval_batches)
+    eval_batches: int = 8
+    final_eval_batches: int = 40
     plots: tuple[str, ...] = ("curve",)  # curve, vocab, s
     seed: int = 17
     extra: dict[str, Any] = field(default_factory=dict)  # train config overrides for every run
@@ -138,6 +148,12 @@ class ExperimentSpec:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def run_lr(self, run: RunSpec) -> float:
+        """The learning rate `run` trains with: its own, else io_lr's for its io, else the spec's lr."""
+        if run.lr is not None:
+            return run.lr
+        return self.io_lr.get(run.model.get("io", "hierarchical"), self.lr)
+
     def run_fingerprint(self, run: RunSpec) -> str:
         """What decides a run's result: its spec, its first stage, the data and the budget (not the other runs)."""
         d = self.to_dict()
@@ -145,8 +161,13 @@ class ExperimentSpec:
         if not keep.get("entropy_corpus"):
             keep.pop("entropy_corpus", None)  # unset: the fingerprints of earlier experiments stay what they were
         keep.update(run=asdict(run), first_stage=asdict(self.first_stages[run.first_stage]))
+        keep.pop("io_lr", None)
+        keep["lr"] = self.run_lr(run)  # the rate it trains with, wherever it was set
+        keep["eval_set"] = EVAL_SET  # results evaluated on the split's first batches are not mixed in
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
+
+EVAL_SET = "spread-blocks-1"  # how runs are evaluated (eval_noise.py): part of every run's fingerprint
 
 # the budget's integers and their least values; an override arrives as YAML (`seq_len=abc` is a string)
 _AT_LEAST = {
@@ -164,13 +185,12 @@ _AT_LEAST = {
 }
 # and greatest values, refused here rather than after converting the whole corpus: (value, why)
 _AT_MOST = {"seq_len": (MODEL_SIZE_LIMITS["max_patches"], "a sample is one latent context: model.max_patches' limit")}
-_PLOTS = ("curve", "vocab", "s", "crossover")
+_PLOTS = ("curve", "vocab", "s", "crossover", "ladder", "lr")  # ladder: gap and k vs size; lr: BPB vs lr
 SCHEDULES = ("cosine", "constant")  # optim.schedule of every run
 
 
 def _check_values(spec: ExperimentSpec) -> None:
     """Each field of `spec` against its type and range: one ConfigError naming the key, as its override is spelled."""
-    import math
 
     def bad(key: str, expected: str) -> ConfigError:
         default = ExperimentSpec.__dataclass_fields__[key].default
@@ -185,9 +205,11 @@ def _check_values(spec: ExperimentSpec) -> None:
             raise bad(key, f"an integer from {least} to {most} ({why})" if most else f"an integer >= {least}")
     if spec.max_patch_size > MAX_PATCH_SIZE_LIMIT:
         raise bad("max_patch_size", f"an integer <= {MAX_PATCH_SIZE_LIMIT}")
-    lr = spec.lr
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+    if not _positive(spec.lr):
         raise bad("lr", "a finite number > 0")
+    if not isinstance(spec.io_lr, dict) or not all(k in IO_SCHEMES and _positive(v) for k, v in spec.io_lr.items()):
+        raise bad("io_lr", f"a mapping of model kinds ({', '.join(IO_SCHEMES)}) to learning rates > 0, "
+                  "e.g. io_lr={bpe: 0.003, hierarchical: 0.01}")  # fmt: skip
     for key in ("name", "model_size"):
         if not isinstance(getattr(spec, key), str) or not getattr(spec, key):
             raise bad(key, "a non-empty string")
@@ -204,8 +226,9 @@ def _check_values(spec: ExperimentSpec) -> None:
     unknown = [p for p in spec.plots if p not in _PLOTS]
     if unknown:
         raise bad("plots", f"a list of {', '.join(_PLOTS)} (not {', '.join(unknown)})")
-    if "crossover" in spec.plots and not {"bpe", "hierarchical"} <= {r.model.get("io") for r in spec.runs}:
-        raise bad("plots", "a BPE run (io=bpe) and a BPE-patch run (io=hierarchical) for the crossover plot")
+    for plot in ("crossover", "ladder"):
+        if plot in spec.plots and not {"bpe", "hierarchical"} <= {r.model.get("io") for r in spec.runs}:
+            raise bad("plots", f"a BPE run (io=bpe) and a BPE-patch run (io=hierarchical) for the {plot} plot")
     if spec.schedule not in SCHEDULES:
         raise bad("schedule", f"one of {', '.join(SCHEDULES)}")
     if not spec.runs:
@@ -228,6 +251,7 @@ OWNED_KEYS = {
     "data.tokenizer": "its first_stages",
     "data.shuffle_seed": "its key seed (and seeds)",
     "data.max_patch_size": "each run's max_patch_size",
+    "data.eval_samples": "one eval set spread over the held-out split, the same for every run",
     "optim.lr": "its key lr",
     "optim.warmup": "its key warmup",
     "optim.schedule": "its key schedule",
@@ -253,6 +277,11 @@ def _check_extra(extra: dict[str, Any]) -> None:
                     f"experiment extra.{owned}: set by the experiment for every run ({OWNED_KEYS[owned]}); "
                     "remove it from extra"
                 )
+
+
+def _positive(x: Any) -> bool:
+    """A finite number > 0 (a learning rate), not a bool."""
+    return not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
 def _strings(d: dict[str, Any], key: str, default: tuple[str, ...]) -> Any:

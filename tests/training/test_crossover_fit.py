@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from hbpe.experiments.crossover import analyse_pair, fieller, fit_gap, gap_points, t975
+from hbpe.experiments.crossover import analyse_pair, factor_points, fieller, fit_gap, gap_points, t975
 
 BATCHES = 2000
 POINTS = [100 * (j + 1) for j in range(20)]  # 20 curve points
@@ -94,3 +94,62 @@ def test_fieller_and_t_quantiles():
     assert lo < 1.5 < hi
     # a slope whose interval holds 0: the far end is unbounded
     assert fieller(m=0.3, b=-0.02, se_m=0.01, se_b=0.02, t=2.0)[1] is None
+
+
+def test_the_fit_cuts_each_curve_by_its_own_batches():
+    """Issue 29: against compute the fit cut the batches of the curve that ends first (BPE), so BPE-patch, at 3x
+    the FLOPs per byte, was fitted over its own first 7% to 20% of training: its steep start."""
+    batch_of = {p: p for p in POINTS}
+
+    def patch(cost_per_byte: float) -> list[dict]:
+        out = []
+        for p in _curve(lambda x: 1.8 - 0.1 * (x - 6)):
+            steep = 1.0 * max(0.0, (400 - batch_of[p["batch"]]) / 400)  # falls steeply over its first 20%
+            flops = p["train_bytes"] * cost_per_byte
+            out.append({**p, "bpb": p["bpb"] + steep, "train_flops_executed": flops, "train_flops_paper": flops})
+        return out
+
+    bpe = _curve(lambda x: 1.5 - 0.1 * (x - 6))  # 1 FLOP per byte
+    result = analyse_pair(
+        [{"name": "bpe", "seed": 17, "curve": bpe}],
+        [{"name": "bpe-patch", "seed": 17, "curve": patch(3.0)}],
+        batches=BATCHES,
+    )
+    ex = result["executed"]
+    # BPE's points at F FLOPs (batch F / 4500) meet BPE-patch at batch F / 13500: both past 400 from BPE's 1300 on
+    assert ex["points_used"] == [8]
+    # with BPE-patch 3x the cost, at equal compute it has read a third of the bytes: Delta = 0.3 + 0.1 log10 3,
+    # flat (up to the interpolation, linear in FLOPs between points of a curve linear in their log)
+    assert ex["slope"] == pytest.approx(0.0, abs=0.002)
+    assert ex["gap_at_x0"] == pytest.approx(0.3 + 0.1 * math.log10(3), abs=0.002)
+    assert result["bytes"]["points_used"] == [16]  # equal bytes: the same batches on both curves
+
+
+def test_the_data_and_compute_factors_are_recovered_from_shifted_power_laws():
+    """BPE-patch's curve is BPE's at a quarter of the bytes: BPB_b(B) = BPB_a(B / 4), so k = 1/4 everywhere BPE's
+    curve reaches it; at 2.5x the FLOPs per byte the compute factor is 1 / (4 x 2.5) = 0.1."""
+
+    def law(log10_bytes: float) -> float:
+        return 1.2 + 40.0 * (10**log10_bytes) ** -0.3
+
+    seeds = []
+    for jitter in (0.98, 1.0, 1.02):  # seeds with a slightly different shift: the interval covers their spread
+        bpe = _curve(law)
+        patch = _curve(lambda x, j=jitter: law(x - math.log10(4 * j)), cost_per_byte=2.5)
+        seeds.append(({"name": "bpe", "seed": len(seeds), "curve": bpe},
+                      {"name": "bpe-patch", "seed": len(seeds), "curve": patch}))  # fmt: skip
+    result = analyse_pair([a for a, _ in seeds], [b for _, b in seeds], batches=BATCHES)
+    data = result["bytes"]["factor"]
+    # BPE-patch's first 4 points lie above BPE's first point (BPE reached them before its first evaluation)
+    assert [p["k"] is None for p in data["curve"]] == [True] * 4 + [False] * 16
+    for p in data["curve"][4:]:
+        assert p["k"] == pytest.approx(0.25, rel=0.02)  # linear in log bytes between BPE's points (2x apart at first)
+        lo, hi = p["k_ci95"]
+        assert lo < 0.25 < hi and hi / lo < 1.2
+    assert data["at_end"]["k"] == pytest.approx(0.25, rel=0.01) and data["at_end"]["batch"] == 2000
+    compute = result["executed"]["factor"]["at_end"]
+    assert compute["k"] == pytest.approx(0.1, rel=0.01)
+    # one seed, BPB below all of BPE's curve: no k, a lower bound (BPE's last bytes over BPE-patch's)
+    better = _curve(lambda x: law(x) - 1.0)
+    (p,) = [q for q in factor_points(_curve(law), better, "train_bytes") if q["batch"] == 2000]
+    assert p["k"] is None and p["k_bound"] == [">=", pytest.approx(1.0)]

@@ -5,7 +5,9 @@ its curves sat inside a cosine schedule, and its FLOPs assumed an 8,192-byte con
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -114,3 +116,43 @@ def test_table3_medium_trains_the_papers_15b_tokens():
     assert spec.batches // spec.eval_points == 501  # a curve point every ~500 batches, as table1-small
     small = load_spec("table1-small", train_corpus=("corpus.jsonl",))
     assert small.batches * small.global_batch_size * small.seq_len == 13_500 * 524_288  # Table 1's 13.5K steps
+
+
+def test_every_run_reads_one_eval_set_spread_over_the_held_out_split(report):
+    """Issue 29: the final BPB read the first 40 batches of an unshuffled held-out split (its first documents) and
+    the curve points its first 4; now one fixed set of blocks spread over the whole split, declared in results.json."""
+    rep, out = report
+    (e,) = rep["eval_set"].values()  # one first stage
+    assert e["samples"] == 2 * 2 and len(e["blocks"]) == 2  # final_eval_batches=2 blocks of global_batch_size=2
+    assert e["blocks"][0][0] > 0 and e["blocks"][1][0] > e["held_out"]["samples"] / 2  # not the split's start
+    assert e["bytes"] == sum(b[3] for b in e["blocks"]) > 0 and e["documents"] == 2 <= e["held_out"]["documents"]
+    for r in rep["runs"]:
+        nll, nbytes = r["eval_batch_nll"], r["eval_batch_bytes"]
+        assert len(nll) == len(e["blocks"])  # one eval batch per block
+        assert sum(nll) / sum(nbytes) / math.log(2) == pytest.approx(r["bpb"], rel=1e-9)
+        assert nbytes == rep["runs"][0]["eval_batch_bytes"]  # the same samples for every run and seed
+        assert r["train_bytes_per_sec_median"] > 0
+    rows = {r["name"]: r for r in rep["rows"]}
+    noise = rows["bpe"]["bpb_eval_noise"]
+    assert noise["documents"] == 2 and noise["sd"] > 0 and noise["ci95"][0] < rows["bpe"]["bpb"]["mean"]
+    assert rep["crossover"][0]["final_gap_eval_noise"]["documents"] == 2
+    table = (out / "table.md").read_text()
+    assert f"Eval set: 4 held-out samples ({e['bytes'] / 1e3:.1f} KB) in 2 blocks" in table
+    assert "curve points read its first 1 blocks (2 samples" in table  # eval_batches=1
+    assert f"| {noise['sd']:.4f} (2) |" in table and "Eval sampling (the final evaluations" in table
+
+
+def test_the_document_bootstrap_pairs_the_runs():
+    from hbpe.experiments.eval_noise import bootstrap
+
+    rng = np.random.default_rng(3)
+    nbytes = rng.integers(1000, 5000, size=12).astype(float)
+    a = (nbytes * rng.uniform(0.8, 1.2, size=12), nbytes)  # documents of unequal difficulty: the BPB varies
+    shift = 0.3 * math.log(2)  # b is a + 0.3 bits on every byte of every document
+    b = (a[0] + shift * nbytes, nbytes)
+    row = bootstrap([a])
+    assert row["sd"] > 0.01 and row["documents"] == 12
+    assert bootstrap([a], minus=[a])["sd"] == 0
+    gap = bootstrap([b], minus=[a])
+    assert gap["sd"] < 1e-9 and gap["ci95"] == pytest.approx([0.3, 0.3])  # what both share cancels
+    assert bootstrap([a]) == row  # a fixed generator: the same report from the same results

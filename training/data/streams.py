@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from hbpe.pipeline import storage
 from hbpe.schemas.train_config import TrainConfig
+from hbpe.training.data.eval_set import IndexedSamples, eval_blocks, rank_blocks
 from hbpe.training.data.loader import StreamingOptions, StreamSpec, build_dataloader, read_manifest, stream_source
 from hbpe.training.data.schemes import build_scheme
 from hbpe.training.data.stream_cache import claim, stream_cache
@@ -119,7 +120,33 @@ def build_dataloaders(
         scheme=scheme(held),
         options=streaming_options(cfg, eval_loader=True),
     )
+    if d.eval_samples is not None:
+        eval_dl = spread_eval_loader(
+            eval_dl, held[0].manifest.counts.samples, d.eval_samples, device_batch=device_batch
+        )
     return train_dl, eval_dl
+
+
+def spread_eval_loader(loader: Any, total: int, samples: int, *, device_batch: int) -> Any:
+    """`loader`'s held-out samples narrowed to the eval set of data.eval_samples (training/data/eval_set.py):
+    this rank's blocks, one device batch each, read by index in evaluation order."""
+    import torch
+    from composer.utils import dist
+
+    blocks = rank_blocks(
+        eval_blocks(total, samples, device_batch),
+        rank=dist.get_global_rank(),
+        world=dist.get_world_size(),
+        what=f"data.eval_samples={samples}",
+    )
+    indices = [i for start, n in blocks for i in range(start, start + n)]
+    return torch.utils.data.DataLoader(
+        IndexedSamples(loader.dataset, indices),
+        batch_size=device_batch,
+        collate_fn=loader.collate_fn,
+        shuffle=False,
+        drop_last=False,
+    )
 
 
 def local_root(cfg: TrainConfig) -> str:

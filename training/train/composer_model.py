@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from composer.models import ComposerModel
 
-from hbpe.schemas.train_config import EMBEDDING_IOS
+from hbpe.schemas.train_config import EMBEDDING_IOS, LOSS_NORMALIZATIONS
 from hbpe.training.model.flops import batch_train_flops
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
 from hbpe.training.model.patch_lm import PatchLM
@@ -15,10 +15,16 @@ from hbpe.training.train.metrics import BitsPerByte, LossPerSymbol
 
 
 class HierarchicalComposerModel(ComposerModel):
-    def __init__(self, model: PatchLM, *, max_patch_size: int) -> None:
+    """`loss_normalization` (optim.loss_normalization): the summed NLL over the batch's predicted symbols
+    ("symbol") or over its UTF-8 target bytes ("byte", BPB's denominator: the same unit for every scheme)."""
+
+    def __init__(self, model: PatchLM, *, max_patch_size: int, loss_normalization: str = "symbol") -> None:
         super().__init__()
+        if loss_normalization not in LOSS_NORMALIZATIONS:
+            raise ValueError(f"loss_normalization={loss_normalization!r}: expected one of {LOSS_NORMALIZATIONS}")
         self.model = model
         self.max_patch_size = max_patch_size
+        self.loss_normalization = loss_normalization
         self.train_metrics = {"BitsPerByte": BitsPerByte(), "LossPerSymbol": LossPerSymbol()}
         self.eval_metrics = {"BitsPerByte": BitsPerByte(), "LossPerSymbol": LossPerSymbol()}
 
@@ -28,6 +34,9 @@ class HierarchicalComposerModel(ComposerModel):
         return {"nll_sum": nll, "count": (targets != IGNORE).sum()}
 
     def loss(self, outputs: dict[str, torch.Tensor], batch: Any) -> torch.Tensor:
+        # over the local (micro)batch: Composer weighs microbatches by their samples, DDP/FSDP average the ranks
+        if self.loss_normalization == "byte":
+            return outputs["nll_sum"] / batch["target_bytes"].sum().clamp_min(1)
         return outputs["nll_sum"] / outputs["count"].clamp_min(1)
 
     def eval_forward(self, batch: dict[str, torch.Tensor], outputs: Any | None = None) -> dict[str, torch.Tensor]:

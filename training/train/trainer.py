@@ -131,7 +131,10 @@ def _model(cfg: TrainConfig, tok: HierarchicalTokenizer) -> tuple[PatchLM, Any]:
     """(the model with its FSDP hooks, the ComposerModel around it) for `cfg.model` shaped by `tok`."""
 
     model = attach_fsdp_hooks(build_model(cfg.model, VocabSpec.from_tokenizer(tok)))
-    return model, HierarchicalComposerModel(model, max_patch_size=tok.max_patch_size)
+    cmodel = HierarchicalComposerModel(
+        model, max_patch_size=tok.max_patch_size, loss_normalization=cfg.optim.loss_normalization
+    )
+    return model, cmodel
 
 
 def _precision(cfg: TrainConfig, device: str) -> str:
