@@ -15,6 +15,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+import hbpe
 from hbpe.cli import main
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.train_config import MODEL_SIZE_LIMITS, model_config
@@ -22,7 +23,7 @@ from hbpe.training.checkpoint.export import export_model
 from hbpe.training.checkpoint.export_format import write_export
 from hbpe.training.checkpoint.load import load_model
 from hbpe.training.checkpoint.names import MODEL_FILE, WEIGHTS_FILE
-from tests.helpers import cli_fails, scaled_model
+from tests.helpers import cli_fails, make_special, scaled_model
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +125,23 @@ def test_flipped_bits_in_the_weights_are_a_checksum_error_in_hbpe_eval(exported,
     assert len(info["weights_sha256"]) == 64
     assert f"{copy / WEIGHTS_FILE} does not match the sha256 recorded in hbpe_model.json" in out
     assert "re-export the model" in out
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero"])
+def test_special_files_are_not_regular_files_not_missing_ones(exported, tmp_path, kind):
+    """A FIFO or a link to /dev/zero as model.safetensors, or /dev/zero as the checkpoint, was "is missing" / "does
+    not exist"."""
+    copy, _ = _copy(exported, tmp_path, kind)
+    make_special(copy / WEIGHTS_FILE, kind)
+    what = "a FIFO" if kind == "fifo" else "a character device"
+    with pytest.raises(
+        ArtifactError, match=rf"^{copy / WEIGHTS_FILE} is not a regular file \({what}\); re-export the model"
+    ):
+        load_model(str(copy))
+    with pytest.raises(
+        ArtifactError, match=r"^checkpoint /dev/zero is not a regular file \(a character device\); pass a checkpoint"
+    ):
+        hbpe.load_model("/dev/zero", device="cpu")
 
 
 def test_an_older_export_without_a_checksum_loads_with_a_warning(exported, tmp_path, caplog):
