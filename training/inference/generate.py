@@ -55,6 +55,10 @@ MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit seed
 
 def check_generate_args(prompt: str, *, max_bytes: int, temperature: float, seed: int | None = None) -> None:
     """The caller's arguments, checked before a model is loaded; one ConfigError each."""
+    if not isinstance(prompt, str):
+        raise ConfigError(
+            f"prompt {prompt!r:.60} is a {type(prompt).__name__}, not a str; pass text, e.g. 'The State of the Union'"
+        )
     try:
         prompt.encode("utf-8")
     except UnicodeEncodeError as e:
