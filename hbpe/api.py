@@ -53,8 +53,8 @@ def _path(name: str, value: Any, example: str) -> str:
     """A path argument as a str, or a ConfigError: None became the path "None", "" the current directory."""
     if isinstance(value, (str, os.PathLike)) and str(value):
         return str(value)
-    what = "empty" if isinstance(value, (str, os.PathLike)) else f"a {type(value).__name__}"
-    raise ConfigError(f"{name}={value!r:.60} is {what}: pass a path (a str or pathlib.Path), e.g. {name}={example!r}")
+    what = "is empty" if isinstance(value, (str, os.PathLike)) else f"({type(value).__name__})"
+    raise ConfigError(f"{name}={value!r:.60} {what}: pass a path (a str or pathlib.Path), e.g. {name}={example!r}")
 
 
 def _int(name: str, value: Any, minimum: int, example: str) -> None:
@@ -67,11 +67,14 @@ def _int(name: str, value: Any, minimum: int, example: str) -> None:
 def _strings(name: str, value: Any, example: str) -> list[str]:
     """A list of strings from any iterable of them; a str alone is refused (iterated, it was its characters)."""
     if isinstance(value, (str, bytes, bytearray)) or not isinstance(value, Iterable):
-        raise ConfigError(f"{name}={value!r:.60} is a {type(value).__name__}: pass a list of strings, e.g. {example}")
+        raise ConfigError(
+            f"{name}={value!r:.60} ({type(value).__name__}): pass a list of strings (a str is not split into them), "
+            f"e.g. {example}"
+        )
     items = list(value)
     for item in items:
         if not isinstance(item, str):
-            raise ConfigError(f"{name}: {item!r:.60} is a {type(item).__name__}, not a str; e.g. {example}")
+            raise ConfigError(f"{name}: {item!r:.60} ({type(item).__name__}) is not a str; e.g. {example}")
     return items
 
 
@@ -222,7 +225,7 @@ def generate(
     if isinstance(prompts, (bytes, bytearray)) or not isinstance(prompts, Iterable):
         decode = " (decode bytes first: prompts.decode('utf-8'))" if isinstance(prompts, (bytes, bytearray)) else ""
         raise ConfigError(
-            f"prompts={prompts!r:.60} is a {type(prompts).__name__}: pass a str or a list of str, e.g. "
+            f"prompts={prompts!r:.60} ({type(prompts).__name__}): pass a str or a list of str, e.g. "
             f"hbpe.generate(checkpoint, 'The State of the Union'){decode}"
         )
     texts = [prompts] if isinstance(prompts, str) else list(prompts)

@@ -18,7 +18,6 @@ import pytest
         "hbpe.training.model.flops",
         "hbpe.training.data.byte_patching",
         "hbpe.training.checkpoint.export_format",
-        "hbpe.training.inference.sampling",
         "hbpe.training.model.devices",
         "hbpe.schemas.manifest",
         "hbpe.api",

@@ -57,7 +57,7 @@ def check_generate_args(prompt: str, *, max_bytes: int, temperature: float, seed
     """The caller's arguments, checked before a model is loaded; one ConfigError each."""
     if not isinstance(prompt, str):
         raise ConfigError(
-            f"prompt {prompt!r:.60} is a {type(prompt).__name__}, not a str; pass text, e.g. 'The State of the Union'"
+            f"prompt {prompt!r:.60} ({type(prompt).__name__}) is not a str; pass text, e.g. 'The State of the Union'"
         )
     try:
         prompt.encode("utf-8")
