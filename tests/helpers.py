@@ -142,6 +142,17 @@ DAMAGE = {
 }
 
 
+def make_special(path: Path, kind: str) -> None:
+    """Replace `path` with a FIFO (a reader waits for a writer) or a link to /dev/zero (a read never ends)."""
+    import os
+
+    path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+
+
 def scaled_model(io: str, tok, seed: int):
     """A 2-layer model whose weights are drawn wide enough that log-probs are far from uniform."""
     torch.manual_seed(seed)

@@ -23,7 +23,7 @@ from hbpe.pipeline.tokenizer import first_stage
 from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
 from hbpe.pipeline.tokenizer.second_stage.train import train_for_encoding
 from hbpe.schemas.canonical import pretty_json, sha256_hex
-from hbpe.schemas.errors import ArtifactError, HbpeError
+from hbpe.schemas.errors import ArtifactError, HbpeError, file_problem
 from hbpe.schemas.tokenizer_artifact import (
     RANK_FILENAME,
     SPEC_FILENAME,
@@ -194,9 +194,10 @@ def spec_path(path: str | os.PathLike) -> Path:
 
 def load_spec(path: str | os.PathLike) -> TokenizerSpec:
     spec_file = spec_path(path)
-    if not spec_file.is_file():
+    problem = file_problem(spec_file, missing="not found")
+    if problem is not None:
         raise ArtifactError(
-            f"{spec_file} not found: {path} is not a tokenizer directory (create one with `hbpe tokenizer train`)"
+            f"{spec_file} {problem}: {path} is not a tokenizer directory (create one with `hbpe tokenizer train`)"
         )
     try:
         raw = json.loads(spec_file.read_text())
@@ -241,8 +242,9 @@ def _load_local(path: str | os.PathLike) -> HierarchicalTokenizer:
     spec = load_spec(path)
     fs = spec.first_stage
     rank_path = Path(path) / fs.rank_file
-    if not rank_path.is_file():
-        raise ArtifactError(f"{rank_path} is missing: the tokenizer directory is incomplete; copy it whole or retrain")
+    problem = file_problem(rank_path, missing="is missing")
+    if problem is not None:
+        raise ArtifactError(f"{rank_path} {problem}: the tokenizer directory is incomplete; copy it whole or retrain")
     data = rank_path.read_bytes()
     if sha256_hex(data) != fs.rank_file_sha256:
         raise ArtifactError(

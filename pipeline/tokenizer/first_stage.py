@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 import tiktoken
 
 from hbpe.pipeline import storage
-from hbpe.schemas.errors import EncodingUnavailableError
+from hbpe.schemas.errors import EncodingUnavailableError, file_problem
 
 NAMED_ENCODINGS = ("gpt2", "r50k_base", "p50k_base", "cl100k_base", "o200k_base")
 
@@ -117,8 +117,9 @@ def load_rank_file(
 ) -> tiktoken.Encoding:
     """Build an Encoding from a rank file; pattern/special tokens from args or a sidecar JSON."""
     path = Path(path)
-    if not path.is_file():
-        raise EncodingUnavailableError(f"rank file {path} does not exist; pass an existing .tiktoken file")
+    problem = file_problem(path)
+    if problem is not None:
+        raise EncodingUnavailableError(f"rank file {path} {problem}; pass an existing .tiktoken file")
     ranks = parse_rank_file(path.read_bytes(), source=str(path))
     sidecar = path.with_suffix(".json")
     meta = _read_sidecar(sidecar) if sidecar.is_file() else {}

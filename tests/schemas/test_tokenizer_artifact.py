@@ -8,6 +8,7 @@ from hbpe.cli import main
 from hbpe.pipeline.tokenizer import artifact
 from hbpe.schemas.canonical import canonical_json, sha256_hex
 from hbpe.schemas.errors import ArtifactError
+from tests.helpers import make_special
 
 
 @pytest.fixture
@@ -59,6 +60,17 @@ def test_edited_content_fails_fingerprint(artifact_dir):
 def test_missing_rank_file(artifact_dir):
     (artifact_dir / "first_stage.tiktoken").unlink()
     with pytest.raises(ArtifactError, match="first_stage.tiktoken is missing"):
+        artifact.load(artifact_dir)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero"])
+@pytest.mark.parametrize("name", ["first_stage.tiktoken", "hbpe_tokenizer.json"])
+def test_a_special_file_in_a_tokenizer_dir_is_not_called_missing(artifact_dir, name, kind):
+    """A FIFO or a link to /dev/zero was reported as "is missing" / "not found": the file is there, but not one to
+    read."""
+    make_special(artifact_dir / name, kind)
+    what = "a FIFO" if kind == "fifo" else "a character device"
+    with pytest.raises(ArtifactError, match=rf"^{artifact_dir / name} is not a regular file \({what}\): "):
         artifact.load(artifact_dir)
 
 

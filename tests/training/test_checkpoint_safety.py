@@ -136,6 +136,20 @@ def test_weights_of_another_shape_are_one_clear_error(run_dir, tmp_path):
         load_model(str(path))
 
 
+def test_a_checkpoint_with_non_finite_weights_is_refused(run_dir, tmp_path):
+    """A diverged run writes NaN into its checkpoints; generating from one printed NUL bytes with rc 0."""
+    obj = safe_torch_load(run_dir / "latest-rank0.pt")
+    obj["state"]["model"]["model.latent.norm.weight"][3] = float("nan")
+    path = run_dir / f"diverged-{tmp_path.name}.pt"
+    torch.save(obj, path)
+    with pytest.raises(
+        ArtifactError,
+        match=rf"^{path}: weight latent\.norm\.weight holds 1 non-finite values \(NaN or inf\) of \d+: the training "
+        r"run diverged .*; load an earlier checkpoint of the run",
+    ):
+        load_model(str(path))
+
+
 # ---- sharded FSDP checkpoints (FSDP2's default): `.metadata` is a plain pickle, non-tensor items are torch.save blobs
 
 

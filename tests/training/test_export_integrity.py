@@ -15,6 +15,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+import hbpe
 from hbpe.cli import main
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.train_config import MODEL_SIZE_LIMITS, model_config
@@ -22,6 +23,7 @@ from hbpe.training.checkpoint.export import export_model
 from hbpe.training.checkpoint.export_format import write_export
 from hbpe.training.checkpoint.load import load_model
 from hbpe.training.checkpoint.names import MODEL_FILE, WEIGHTS_FILE
+from tests.helpers import cli_fails, make_special, scaled_model
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +127,23 @@ def test_flipped_bits_in_the_weights_are_a_checksum_error_in_hbpe_eval(exported,
     assert "re-export the model" in out
 
 
+@pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero"])
+def test_special_files_are_not_regular_files_not_missing_ones(exported, tmp_path, kind):
+    """A FIFO or a link to /dev/zero as model.safetensors, or /dev/zero as the checkpoint, was "is missing" / "does
+    not exist"."""
+    copy, _ = _copy(exported, tmp_path, kind)
+    make_special(copy / WEIGHTS_FILE, kind)
+    what = "a FIFO" if kind == "fifo" else "a character device"
+    with pytest.raises(
+        ArtifactError, match=rf"^{copy / WEIGHTS_FILE} is not a regular file \({what}\); re-export the model"
+    ):
+        load_model(str(copy))
+    with pytest.raises(
+        ArtifactError, match=r"^checkpoint /dev/zero is not a regular file \(a character device\); pass a checkpoint"
+    ):
+        hbpe.load_model("/dev/zero", device="cpu")
+
+
 def test_an_older_export_without_a_checksum_loads_with_a_warning(exported, tmp_path, caplog):
     copy, info = _copy(exported, tmp_path, "old")
     del info["weights_sha256"]
@@ -136,14 +155,63 @@ def test_an_older_export_without_a_checksum_loads_with_a_warning(exported, tmp_p
 
 
 def test_a_nan_bpb_is_an_error_not_a_result(tiny_run, tmp_path, sample_shards):
-    """Weights that are not finite (with a valid checksum: a diverged run) give no BPB."""
+    """Finite weights so large that the outputs overflow (with a valid checksum: a diverged run) give no BPB."""
     model, tok, _ = load_model(str(tiny_run))
     with torch.no_grad():
-        model.latent.norm.weight.fill_(math.inf)
+        model.io.decoder.head.weight.fill_(3e38)
     write_export(model, tok, str(tmp_path / "diverged"), source={"test": True})
     rc, out = _eval(tmp_path / "diverged", sample_shards[1])
     assert rc != 0 and out.startswith("error: "), out
     assert re.search(r"bits per byte is (nan|inf): the model's outputs are not finite", out), out
+
+
+def _diverged_export(tok, out: Path, name: str, value: float) -> Path:
+    """An export of a small hierarchical model whose tensor `name` is filled with `value`, its sha256 recorded as a
+    diverged run's export records it."""
+    model = scaled_model("hierarchical", tok, seed=0)
+    with torch.no_grad():
+        model.get_parameter(name).fill_(value)
+    write_export(model, tok, str(out), source={"test": True})
+    return out
+
+
+GENERATE = ["generate", "--prompt", "Fellow-Citizens", "--max-bytes", "20"]
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+def test_non_finite_weights_are_refused_at_load(gpt2_tokenizer, sample_shards, tmp_path, value):
+    """Before: `hbpe eval` refused (BPB nan), `hbpe generate` printed 20 NUL bytes with rc 0, or crashed with
+    `internal error: RuntimeError: probability tensor contains inf/nan` at --temperature 0.8."""
+    export = _diverged_export(gpt2_tokenizer, tmp_path / "diverged", "latent.norm.weight", value)
+    message = (
+        f"{export / WEIGHTS_FILE}: weight latent.norm.weight holds 64 non-finite values (NaN or inf) of 64: the "
+        "training run diverged"
+    )
+    with pytest.raises(ArtifactError, match=re.escape(message) + r".*; load an earlier checkpoint of the run"):
+        load_model(str(export))
+    for args in (
+        [*GENERATE, "--checkpoint", str(export)],
+        [*GENERATE, "--checkpoint", str(export), "--temperature", "0.8"],
+        ["eval", "--checkpoint", str(export), "--data", str(sample_shards[1]), "--max-batches", "1"],
+    ):
+        cli_fails(CliRunner().invoke(main, args), 2, message)
+
+
+LOGITS_NOT_FINITE = "the model's logits for the next symbol{} are not finite (NaN or inf): its weights are damaged"
+
+
+@pytest.mark.parametrize(
+    "options,scaled",
+    [([], ""), (["--no-cache"], ""), (["--temperature", "0.8"], " (divided by temperature 0.8)"),
+     (["--temperature", "0.8", "--no-cache", "--top-k", "5"], " (divided by temperature 0.8)")],
+    ids=["greedy", "greedy-uncached", "sampled", "sampled-uncached"],
+)  # fmt: skip
+def test_finite_weights_whose_logits_overflow_are_one_error_in_generate(gpt2_tokenizer, tmp_path, options, scaled):
+    """Finite weights pass the load check; logits they overflow to NaN or inf are refused where a symbol is chosen."""
+    export = _diverged_export(gpt2_tokenizer, tmp_path / "huge", "io.decoder.head.weight", 3e38)
+    r = CliRunner().invoke(main, [*GENERATE, "--checkpoint", str(export), "--prompt", "We the People", *options])
+    cli_fails(r, 2, LOGITS_NOT_FINITE.format(scaled))
+    assert "generate from an earlier checkpoint of the run" in r.output
 
 
 def test_a_diverged_experiment_run_is_an_error_not_a_row(tmp_path):

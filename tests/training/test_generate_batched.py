@@ -169,3 +169,31 @@ def test_generate_command_takes_several_prompts(tiny_run, tmp_path):
     assert r.exit_code == 2 and "is not UTF-8 (at byte offset 3); convert it" in r.output
     r = CliRunner().invoke(main, ["generate", "--checkpoint", str(tiny_run)])
     assert r.exit_code == 2 and "no prompt: pass --prompt TEXT (repeatable) or --prompts-file FILE" in r.output
+
+
+@pytest.mark.parametrize(
+    "kind,message",
+    [
+        ("dev-zero", "is not a regular file (a character device); pass a text file with one prompt per line"),
+        ("link-to-dev-zero", "is not a regular file (a character device)"),
+        ("fifo", "is not a regular file (a FIFO); pass a text file"),
+        ("missing", "does not exist; pass a text file"),
+        ("too-large", "is over 16 MiB, the most hbpe generate reads; split it into smaller files"),
+    ],
+)
+def test_a_prompts_file_is_a_regular_file_of_bounded_size(tmp_path, kind, message):
+    """`--prompts-file /dev/zero` read until `internal error: MemoryError`; a FIFO waited for a writer forever."""
+    from click.testing import CliRunner
+
+    from hbpe.cli import main
+    from tests.helpers import cli_fails, make_special
+
+    path = "/dev/zero" if kind == "dev-zero" else str(tmp_path / kind)
+    if kind in ("fifo", "link-to-dev-zero"):
+        make_special(tmp_path / kind, kind)
+    elif kind == "too-large":
+        with open(path, "wb") as f:
+            f.truncate((16 << 20) + 1)  # sparse: one byte over the limit, written at once
+    # the prompts are read before the checkpoint is loaded: any existing path stands in for it
+    r = CliRunner().invoke(main, ["generate", "--checkpoint", str(tmp_path), "--prompts-file", path])
+    cli_fails(r, 2, f"--prompts-file {path} {message}")

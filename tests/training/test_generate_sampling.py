@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 
 from hbpe.cli import main
-from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.training.inference.generate import generate, generate_batch
 from hbpe.training.inference.sampling import Sampling, check_sampling_args
 
@@ -121,3 +121,27 @@ def test_generate_command_samples_and_stops(tiny_run, patch_model):
     assert r.exit_code == 2 and "--top-p" in r.output
     help_text = CliRunner().invoke(main, ["generate", "--help"]).output
     assert "0 = greedy" in help_text and "[default: 0.0" in help_text and "--stop" in help_text
+
+
+@pytest.mark.parametrize(
+    "logits", [[0.0, float("nan"), 1.0], [0.0, float("inf"), 1.0], [float("-inf")] * 3], ids=["nan", "inf", "none-left"]
+)
+@pytest.mark.parametrize(
+    "sampling", [Sampling(), Sampling(temperature=0.8, top_k=2, top_p=0.9)], ids=["greedy", "draw"]
+)
+def test_logits_that_are_not_finite_are_one_error_not_a_symbol(logits, sampling):
+    """argmax picked NaN's symbol (NUL bytes with rc 0), the draw crashed: `probability tensor contains inf/nan`."""
+    with pytest.raises(ArtifactError, match=r"the model's logits for the next symbol.* are not finite \(NaN or inf\)"):
+        sampling.choose(torch.tensor(logits), torch.Generator())
+
+
+def test_a_bytes_model_whose_logits_overflow_is_one_error(gpt2_tokenizer):
+    """The byte-at-a-time path (byte_generation.py) chooses through the same rule."""
+    from tests.helpers import scaled_model
+
+    model = scaled_model("bytes", gpt2_tokenizer, seed=3)
+    with torch.no_grad():
+        model.latent.norm.weight.fill_(1e38)  # finite: passes the load check, overflows the head's logits
+    for kw in ({}, {"temperature": 0.8}, {"use_cache": False}):
+        with pytest.raises(ArtifactError, match=r"the model's logits for the next symbol.* are not finite"):
+            generate(model, gpt2_tokenizer, PROMPTS[0], max_bytes=10, **kw)

@@ -39,7 +39,7 @@ import torch
 
 from hbpe.pipeline import storage
 from hbpe.pipeline.tokenizer import artifact
-from hbpe.schemas.errors import ArtifactError, ConfigError
+from hbpe.schemas.errors import ArtifactError, ConfigError, file_problem
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.checkpoint.entropy_files import locate_entropy_model
 from hbpe.training.checkpoint.hf_export import HF_FILES, remove_hf_files, write_hf_files
@@ -255,8 +255,9 @@ def _read_info(folder: Path) -> dict[str, Any]:
 def _check_weights_file(folder: Path, info: dict[str, Any]) -> None:
     """model.safetensors has the sha256 hbpe_model.json records (flipped bits gave a NaN or a wrong BPB, rc 0)."""
     path = folder / WEIGHTS_FILE
-    if not path.is_file():
-        raise ArtifactError(f"{path} is missing; re-export the model with `hbpe export`")
+    problem = file_problem(path, missing="is missing")
+    if problem is not None:
+        raise ArtifactError(f"{path} {problem}; re-export the model with `hbpe export`")
     expected = info.get("weights_sha256")
     if expected is None:
         log.warning(

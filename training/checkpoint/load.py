@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from hbpe.pipeline import storage
-from hbpe.schemas.errors import ArtifactError, ConfigError
+from hbpe.schemas.errors import ArtifactError, ConfigError, file_problem
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.checkpoint.entropy_files import locate_entropy_model
 from hbpe.training.checkpoint.export_format import load_exported, weights_sha256
@@ -44,8 +44,12 @@ def resolve_checkpoint(path: str) -> Path:
                 "a `hbpe train` save folder or a `hbpe export` directory"
             )
         return latest.resolve()
-    if not p.is_file():
-        raise ArtifactError(f"checkpoint {p} does not exist")
+    problem = file_problem(p)
+    if problem is not None:
+        raise ArtifactError(
+            f"checkpoint {p} {problem}; pass a checkpoint file, a sharded checkpoint folder, a `hbpe train` save "
+            "folder or a `hbpe export` directory"
+        )
     return p
 
 

@@ -9,11 +9,14 @@ beside them, before a tensor is allocated:
   indexed out of range deep inside the model;
 - the weights hold the tensors, of the shapes, that the described model has: the model is built on
   PyTorch's `meta` device (shapes only, no memory) and compared with the weights file's header or
-  the loaded checkpoint, so a config within every bound but not its weights allocates nothing.
+  the loaded checkpoint, so a config within every bound but not its weights allocates nothing;
+- every weight is finite: a diverged run writes NaN or inf into a checkpoint (and into an export,
+  whose sha256 then matches), which generated NUL bytes or crashed sampling.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -70,8 +73,29 @@ def check_weight_shapes(
             )
 
 
+def check_finite_weights(weights: Mapping[str, torch.Tensor], source: str) -> None:
+    """Every floating-point tensor of `weights` is finite, or one ArtifactError naming the first that is not.
+
+    By each tensor's minimum and maximum, which are NaN if any value is and +-inf if any is: 8x faster than
+    `torch.isfinite(t).all()` on CPU (75 ms against 600 ms of one core for the 97M weights of the `small` config).
+    """
+    for name, t in weights.items():
+        if not t.is_floating_point() or t.numel() == 0:
+            continue
+        lo, hi = torch.aminmax(t)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            bad = t.numel() - int(torch.isfinite(t).sum())
+            raise ArtifactError(
+                f"{source}: weight {name} holds {bad} non-finite values (NaN or inf) of {t.numel()}: the training run "
+                "diverged (or the file was damaged) before this checkpoint was written; load an earlier checkpoint "
+                "of the run (for an export: `hbpe export` an earlier checkpoint)"
+            )
+
+
 def load_weights(model: PatchLM, weights: dict[str, torch.Tensor], source: str, *, config: str = RUN_FILE) -> None:
-    """Every weight of `model` from `weights` (state-dict keys), or one ArtifactError naming what does not fit."""
+    """Every weight of `model` from `weights` (state-dict keys), or one ArtifactError naming what does not fit
+    or is not finite."""
+    check_finite_weights(weights, source)
     try:
         missing, unexpected = model.load_state_dict(weights, strict=False)
     except RuntimeError as e:  # a shape mismatch ("size mismatch for ...")

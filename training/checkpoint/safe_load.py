@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from hbpe.pipeline import storage
-from hbpe.schemas.errors import ArtifactError
+from hbpe.schemas.errors import ArtifactError, file_problem
 from hbpe.schemas.names import is_plain_file_name
 
 FIX = "use a checkpoint written by `hbpe train` (its save folder's latest-rank0.pt)"
@@ -103,8 +103,9 @@ def safe_torch_load(path: str | os.PathLike, *, mmap: bool = False) -> Any:
     then costs the pickle, not the weights.
     """
     p = Path(path)
-    if not p.is_file():
-        raise ArtifactError(f"checkpoint {p} does not exist or is not a file; {FIX}")
+    problem = file_problem(p)
+    if problem is not None:
+        raise ArtifactError(f"checkpoint {p} {problem}; {FIX}")
     size = p.stat().st_size
     # torch.load's errors for these (EOFError, a KeyError on a byte, "failed finding central directory")
     # name neither the file nor the cause; every checkpoint `hbpe train` writes is a complete zip archive

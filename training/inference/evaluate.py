@@ -8,7 +8,7 @@ import tempfile
 
 import torch
 
-from hbpe.schemas.errors import ArtifactError
+from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.training.checkpoint.load import load_model, scheme_for
 from hbpe.training.data.loader import build_dataloader, check_compatible, read_manifest, stop_downloads
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
@@ -28,6 +28,23 @@ def check_finite_bpb(
         )
 
 
+def check_eval_args(*, batch_size: int, max_batches: int | None) -> None:
+    """batch_size and max_batches, checked before a model is loaded; one ConfigError each (max_batches=0 evaluated
+    nothing and said "bits per byte is undefined")."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(
+            f"batch_size={batch_size!r} ({type(batch_size).__name__}): must be an integer >= 1; e.g. batch_size=8 "
+            "(--batch-size 8)"
+        )
+    if max_batches is not None and (
+        isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 1
+    ):
+        raise ConfigError(
+            f"max_batches={max_batches!r} ({type(max_batches).__name__}): must be an integer >= 1, or None for every "
+            "batch; e.g. max_batches=10 (--max-batches 10)"
+        )
+
+
 @torch.inference_mode()
 def evaluate(
     checkpoint: str,
@@ -44,6 +61,7 @@ def evaluate(
     """
     from tqdm import tqdm
 
+    check_eval_args(batch_size=batch_size, max_batches=max_batches)
     model, tok, meta = load_model(checkpoint, device=device)
     device = next(model.parameters()).device
     manifest = read_manifest(data)

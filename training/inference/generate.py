@@ -33,7 +33,7 @@ from hbpe.schemas.errors import ConfigError, HbpeError
 from hbpe.schemas.symbols import EOD, PAD
 from hbpe.training.inference.byte_generation import byte_symbols_for, generate_bytes
 from hbpe.training.inference.kv_decode import CachedPatchLM
-from hbpe.training.inference.sampling import Sampling, check_sampling_args
+from hbpe.training.inference.sampling import Sampling, check_finite_top, check_sampling_args
 from hbpe.training.model.patch_lm import PatchLM
 
 
@@ -55,6 +55,10 @@ MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit seed
 
 def check_generate_args(prompt: str, *, max_bytes: int, temperature: float, seed: int | None = None) -> None:
     """The caller's arguments, checked before a model is loaded; one ConfigError each."""
+    if not isinstance(prompt, str):
+        raise ConfigError(
+            f"prompt {prompt!r:.60} ({type(prompt).__name__}) is not a str; pass text, e.g. 'The State of the Union'"
+        )
     try:
         prompt.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -370,8 +374,9 @@ def _decode_patches(
     logits = m.decoder_start(h)  # (B, V)
     while True:  # logits (B, V) in fp32 with PAD at -inf (kv_decode)
         if sampling.greedy:
-            chosen = logits.argmax(-1)  # (B,)
+            top, chosen = logits.max(-1)  # (B,) each: argmax, and its logit (NaN or inf when the row has one)
             picked = chosen.tolist()
+            check_finite_top(top.tolist())
         else:
             picked = [PAD] * len(rows)
             for i in open_rows:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.errors import ArtifactError, ConfigError
 
 MAX_STOPS = 64  # stop strings per call: each is searched after every patch
 
@@ -39,7 +39,9 @@ class Sampling:
         1
         """
         if self.greedy:
-            return int(logits.argmax())
+            top, best = logits.max(-1)
+            check_finite_top([float(top)])
+            return int(best)
         logits = logits.float() / self.temperature
         if self.top_k is not None and self.top_k < logits.numel():
             kth = torch.topk(logits, self.top_k).values[-1]
@@ -50,7 +52,28 @@ class Sampling:
             before = torch.cumsum(sorted_p, 0) - sorted_p  # mass of the more likely symbols
             drop = order[before >= self.top_p]  # the first symbol always stays (its `before` is 0)
             probs = probs.index_fill(0, drop, 0.0)
-        return int(torch.multinomial(probs.cpu(), 1, generator=gen))
+        try:
+            return int(torch.multinomial(probs.cpu(), 1, generator=gen))
+        except RuntimeError:  # NaN probabilities: checked here, not before each draw, where it costs nothing
+            check_finite_top([float(logits.max())], temperature=self.temperature)
+            raise
+
+
+def check_finite_top(top: list[float], *, temperature: float | None = None) -> None:
+    """The largest logit of each row is finite, or one ArtifactError. It is NaN if any logit of the row is,
+    +inf if any is, -inf if no symbol is left: argmax then picked NaN's symbol (NUL bytes) and the draw crashed.
+
+    >>> check_finite_top([float(torch.tensor([0.0, float("nan")]).max())])
+    Traceback (most recent call last):
+    hbpe.schemas.errors.ArtifactError: the model's logits for the next symbol are not finite (NaN or inf): ...
+    """
+    if not all(map(math.isfinite, top)):
+        scaled = "" if temperature is None else f" (divided by temperature {temperature:g})"
+        raise ArtifactError(
+            f"the model's logits for the next symbol{scaled} are not finite (NaN or inf): its weights are damaged "
+            "or so large that they overflow, as after a diverged training run; generate from an earlier checkpoint "
+            "of the run"
+        )
 
 
 def check_sampling_args(*, top_k: int | None, top_p: float | None, stop: tuple[str, ...] | list[str] = ()) -> None:
