@@ -133,8 +133,8 @@ def test_packing_rows_and_scratch():
     p = PatchPacking.from_real(real)
     assert p.rows.tolist() == [0, 1, 2, 6] and p.width == 3 and p.size == 4
     assert p.key_mask.tolist() == [[True, True, True], [False, False, False], [True, False, False]]
-    x = torch.arange(8.0).view(4, 2)
-    assert torch.equal(p.gather(p.scatter(x)), x)
+    grid = torch.arange(18.0).view(3, 3, 2)  # (M, L, C)
+    assert p.gather(grid)[:, 0].tolist() == [0.0, 2.0, 4.0, 12.0]  # patch 0's three rows, patch 2's first
     assert p.padded_attention_share() == (27, 10)
 
 

@@ -107,11 +107,12 @@ class Attention(nn.Module):
         query off PAD keys; bidirectional attention masks PAD keys as the padded path does.
         """
         N, D = x.shape
-        H = self.heads
-        q, k, v = self.qkv(x).view(N, 3, H, D // H).unbind(1)  # 3 x (N, H, Dh)
-        q, k = rope_rows(q, packing.col, self.theta), rope_rows(k, packing.col, self.theta)
-        grid = packing.scatter(torch.cat([q, k, v], dim=1).view(N, 3 * D))  # (M, L, 3D)
-        M, L = packing.patches, packing.width
+        H, M, L = self.heads, packing.patches, packing.width
+        qkv = self.qkv(x).view(N, 3, H, D // H)  # (N, 3, H, Dh)
+        qk = rope_rows(qkv[:, :2].reshape(N, 2 * H, D // H), packing.col, self.theta)  # (N, 2H, Dh): q and k turned
+        grid = qkv.new_zeros(M * L, 3, H, D // H)  # the (M, L) scratch, zeros at PAD (masked keys, dropped queries)
+        grid[:, :2].index_copy_(0, packing.scratch_rows, qk.view(N, 2, H, D // H))  # two copies in, no concatenation
+        grid[:, 2].index_copy_(0, packing.scratch_rows, qkv[:, 2])
         q, k, v = grid.view(M, L, 3, H, D // H).permute(2, 0, 3, 1, 4)  # 3 x (M, H, L, Dh)
         mask = None if causal else packing.key_mask[:, None, None, :]  # (M, 1, 1, L)
         drop = self.dropout if self.training else 0.0

@@ -8,7 +8,7 @@ FFN, the decoder's head and loss) runs on the N real positions only, gathered ro
     real (M, S) bool  ->  rows (N,) = the flat indices m * S + s of the True entries
 
 Attention is the one step that mixes positions, and it stays within a patch: the packed
-q, k, v are scattered into an (M, L, ...) scratch of the batch's longest real patch
+q, k, v are copied into an (M, L, ...) scratch of the batch's longest real patch
 (L <= S) and one SDPA call runs there under the same masks as the padded model, then the
 real rows are gathered back. Attention is ~3% of a local layer's FLOPs at these widths
 (2*2*L*d per position against 2*(4 d^2 + 3 d f)), so its scratch is the only PAD left;
@@ -19,8 +19,10 @@ test_packed_local.py holds both layouts equal). `padded_attention_share` counts 
 >>> p = PatchPacking.from_real(real)
 >>> p.rows.tolist(), p.patch.tolist(), p.col.tolist(), p.width
 ([0, 1, 3], [0, 0, 1], [0, 1, 0], 2)
->>> p.scatter(torch.tensor([[1.0], [2.0], [3.0]])).squeeze(-1).tolist()
-[[1.0, 2.0], [3.0, 0.0]]
+>>> p.scratch_rows.tolist()  # where each row sits in the (M, L) attention scratch
+[0, 1, 2]
+>>> p.gather(torch.arange(4.0).view(2, 2, 1)).squeeze(-1).tolist()  # scratch -> the real rows
+[0.0, 1.0, 2.0]
 """
 
 from __future__ import annotations
@@ -70,12 +72,6 @@ class PatchPacking:
     def size(self) -> int:
         """N: real positions."""
         return int(self.rows.numel())
-
-    def scatter(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, C) packed rows -> (M, L, C) scratch, zeros where a patch has no position."""
-        grid = x.new_zeros(self.patches * self.width, x.shape[-1])  # (M*L, C)
-        grid.index_copy_(0, self.scratch_rows, x)
-        return grid.view(self.patches, self.width, -1)  # (M, L, C)
 
     def gather(self, grid: torch.Tensor) -> torch.Tensor:
         """(M, L, C) scratch -> (N, C) rows at the real positions."""
