@@ -3,6 +3,7 @@
 - a decompression bomb (a small compressed file of one huge line) is a too_long reject, read past in
   bounded memory, in every line format, and the next line is still read;
 - an empty, cut-short or garbage .parquet is an unreadable_input reject, beside files still converted;
+- a FIFO, device or link to nothing given as --input is named as such; in a folder, it is listed as skipped;
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -22,8 +24,10 @@ from hbpe.pipeline.beam.convert import run_convert
 from hbpe.pipeline.corpus import documents
 from hbpe.pipeline.corpus.documents import Document, RecordPolicy, Reject
 from hbpe.pipeline.corpus.files import iter_documents
+from hbpe.pipeline.corpus.inputs import resolve_inputs
 from hbpe.schemas.convert_config import ConvertConfig
-from tests.helpers import IN_MEMORY, exported
+from hbpe.schemas.errors import ConfigError
+from tests.helpers import IN_MEMORY, cli_fails, exported
 
 BOMB = 32 << 20  # the huge line: 32 MiB of text in a few KB of .gz/.zst/.bz2
 MAX_DOC = 100_000
@@ -170,3 +174,55 @@ def test_damaged_parquet_files_are_unreadable_input_rejects_beside_a_good_file(t
     )
     assert r.exit_code == 0, r.output
     assert rejects(alone) == [("b-cut.parquet", "unreadable_input")]
+
+
+# ---- what is no regular file ---------------------------------------------------------------------
+
+
+def run_cli(*args: str):
+    return CliRunner().invoke(main, ["convert", *args])
+
+
+def test_a_fifo_or_device_given_as_input_is_named_as_such(tmp_path, gpt2_tokenizer_dir):
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    (tmp_path / "gone.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    tok = ("--tokenizer", str(gpt2_tokenizer_dir), "--out", str(tmp_path / "out"))
+    cli_fails(run_cli(*tok, "--input", str(fifo)), 2, f"--input '{fifo}' is not a regular file (a FIFO): ")
+    cli_fails(run_cli(*tok, "--input", "/dev/zero"), 2, "--input '/dev/zero' is not a regular file (a character device)")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"is a link to '.*/nowhere.jsonl', which does not exist; fix the link"):
+        resolve_inputs([str(tmp_path / "gone.jsonl")])  # the CLI says it "does not exist" before
+
+
+def test_fifos_and_links_to_nothing_in_a_folder_are_listed_as_skipped(tmp_path, gpt2_tokenizer_dir):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_text('{"text": "read"}\n')
+    os.mkfifo(src / "b-pipe.jsonl")
+    (src / "c-gone.jsonl").symlink_to(src / "nowhere.jsonl")
+    out = tmp_path / "out"
+    r = run_cli(
+        "--tokenizer",
+        str(gpt2_tokenizer_dir),
+        "--input",
+        str(src),
+        "--out",
+        str(out),
+        "--seq-len",
+        "16",
+        "--tail",
+        "pad",
+    )
+    assert r.exit_code == 0, r.output
+    skipped = [
+        {"path": f"{src}/b-pipe.jsonl", "reason": "not_a_regular_file"},
+        {"path": f"{src}/c-gone.jsonl", "reason": "dangling_link"},
+    ]
+    assert json.loads((out / "manifest.json").read_text())["skipped_inputs"] == skipped
+    assert "inputs skipped (not a file)  2" in r.stdout
+    assert (
+        f"skipped 2 input path(s) that are no regular file (a FIFO, socket or device, or a link to nothing): "
+        f"{src}/b-pipe.jsonl (not_a_regular_file), {src}/c-gone.jsonl (dangling_link); the manifest lists them "
+        "under skipped_inputs"
+    ) in r.stderr
+    assert exported(out, tmp_path) == ["read"]
