@@ -226,3 +226,19 @@ def test_fifos_and_links_to_nothing_in_a_folder_are_listed_as_skipped(tmp_path, 
         "under skipped_inputs"
     ) in r.stderr
     assert exported(out, tmp_path) == ["read"]
+
+
+# ---- an output prefix a store keeps as written ---------------------------------------------------
+
+
+@pytest.mark.parametrize("out, fixed", [("s3://b/a/../b", "s3://b/b"), ("gs://b/a//b/", "gs://b/a/b")])
+def test_an_output_prefix_with_dot_dot_or_empty_parts_is_refused_up_front(tmp_path, gpt2_tokenizer_dir, out, fixed):
+    """Before: the shards were written under keys like `a/../b/index.json`, which hbpe's own downloads refuse."""
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"text": "x"}\n')
+    r = run_cli("--tokenizer", str(gpt2_tokenizer_dir), "--input", str(src), "--out", out)
+    cli_fails(r, 2, f"--out {out}: the object prefix ")
+    assert r.output.rstrip().endswith(f"hbpe refuses to download such names: write {fixed}")
+    cfg = ConvertConfig(inputs=(str(src),), output=out, tokenizer=str(gpt2_tokenizer_dir))
+    with pytest.raises(ConfigError, match=r"has an empty, '\.' or '\.\.' part"):
+        run_convert(cfg, runner="inprocess", progress=False)  # the library checks it too, before any store is reached

@@ -255,3 +255,6 @@ def test_save_folder_schemes():
         ConfigError, match=r"^save_folder=hf://b/run: hf:// is not supported \(hbpe reads and writes s3:// and gs://"
     ):
         save_folder("hf://b/run")
+    # a store keeps `..` and empty parts as written: checkpoints a download then refuses (issue 28)
+    with pytest.raises(ConfigError, match=r"^save_folder=s3://b/a/\.\./run: the object prefix 'a/\.\./run' has an emp"):
+        save_folder("s3://b/a/../run")
