@@ -52,7 +52,7 @@ from hbpe.pipeline.beam.signals import StopWorkersOnExit, signals_deferred
 from hbpe.pipeline.beam.units import UnitSummary, encoded_units, unit_key
 from hbpe.pipeline.corpus.documents import RecordPolicy
 from hbpe.pipeline.corpus.files import FileInfo, WorkUnit, file_info, plan_units
-from hbpe.pipeline.corpus.inputs import find_inputs, skipped_lines
+from hbpe.pipeline.corpus.inputs import find_inputs, skipped_line
 from hbpe.pipeline.tokenizer import artifact
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ConfigError, HbpeError
@@ -211,8 +211,8 @@ def run_convert(
             if on_start:
                 on_start(units)
             say(choice.describe())
-            for line in skipped_lines(selection.skipped):
-                say(line)
+            if skipped:
+                say(skipped_line(selection.skipped))
             if build.resumed:
                 say(f"resuming the interrupted conversion: {len(done)} of {len(units)} units already encoded")
             timing = {"runner": choice.name, "units_reused": len(done)}

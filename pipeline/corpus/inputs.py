@@ -115,23 +115,22 @@ def find_inputs(
     return InputSelection(paths, sorted(skipped + duplicates, key=lambda s: s.path))
 
 
-def skipped_lines(skipped: list[SkippedInput]) -> list[str]:
-    """Lines for the log: how many paths were left out and why, the first few, and where the full list is."""
+def skipped_line(skipped: list[SkippedInput]) -> str:
+    """One line for the log: how many paths were left out and why, the first few, and where the full list is."""
     once = [s for s in skipped if s.same_as is not None]
     others = [s for s in skipped if s.same_as is None]
-    lines = []
+    parts = []
     if once:
-        lines.append(
+        parts.append(
             f"skipped {len(once)} input path(s) whose folder or file was read under another path (a symlink loop "
-            f"or a second link): {_first(once, lambda s: f'same as {s.same_as}')}; the manifest lists them under "
-            "skipped_inputs"
+            f"or a second link): {_first(once, lambda s: f'same as {s.same_as}')}"
         )
     if others:
-        lines.append(
+        parts.append(
             f"skipped {len(others)} input path(s) that are no regular file (a FIFO, socket or device, or a link to "
-            f"nothing): {_first(others, lambda s: s.reason)}; the manifest lists them under skipped_inputs"
+            f"nothing): {_first(others, lambda s: s.reason)}"
         )
-    return lines
+    return "; ".join(parts) + "; the manifest lists them under skipped_inputs"
 
 
 def _first(skipped: list[SkippedInput], why: Callable[[SkippedInput], str]) -> str:
