@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 import click
 
 from hbpe.schemas.errors import ConfigError, HbpeError, debug_traceback, internal_error_line, one_line, os_problem
-from hbpe.schemas.locations import check_location, is_uri
+from hbpe.schemas.locations import check_location, check_output_prefix, is_uri
 
 log = logging.getLogger("hbpe.cli")
 
@@ -176,6 +176,8 @@ def check_locations(ctx: click.Context) -> None:
         for v in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(v, str) and v:  # encode/decode's --input is an open file
                 check_location(v, where=f"{flag} {v}")
+                if flag == "--out":
+                    check_output_prefix(v, where=f"{flag} {v}")
 
 
 def check_local_paths(flag: str, values: str | Iterable[str]) -> None:

@@ -32,8 +32,11 @@ def render_summary(m: dict[str, Any]) -> str:
         ("shards", len(m["shards"])),
         ("wall time", f"{m['timing'].get('wall_time_s', 0):.1f} s"),
     ]
-    if skipped := m.get("skipped_inputs"):  # links to a folder or file read already: each read once
-        rows.insert(0, ("inputs skipped (read once)", len(skipped)))
+    skipped = m.get("skipped_inputs", [])
+    if others := sum("same_as" not in s for s in skipped):  # FIFOs, devices, links to nothing in a folder
+        rows.insert(0, ("inputs skipped (not a file)", others))
+    if once := len(skipped) - others:  # links to a folder or file read already: each read once
+        rows.insert(0, ("inputs skipped (read once)", once))
     w = max(len(k) for k, _ in rows)
     ok = "OK" if Counts(**c).balanced() else "MISMATCH"
     return "\n".join([f"{k:<{w}}  {v}" for k, v in rows] + [f"{'accounting':<{w}}  read = written + rejected: {ok}"])
@@ -85,8 +88,8 @@ _DATA_HELP = "Shard directory from `hbpe convert`."
     "--max-doc-bytes",
     type=click.IntRange(min=1),
     default=None,
-    show_default="no limit",
-    help="Reject documents larger than this.",
+    show_default="no limit; a line or .txt file over 1 GiB is rejected unread",
+    help="Reject documents larger than this; a line far over it (6x + 1 MiB for JSON) is rejected unread.",
 )
 @click.option(
     "--text-unit",

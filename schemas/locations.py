@@ -10,9 +10,11 @@ schemas imports no pipeline code: `is_uri` is also hbpe.pipeline.storage.is_remo
 from __future__ import annotations
 
 import difflib
+import posixpath
 import re
 
 from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.names import is_relative_object_name
 
 # what streaming reads (its downloaders) and what Composer saves to: training's locations
 STREAMING_SCHEMES = ("s3", "gs", "oci", "azure", "azure-dl", "hf", "dbfs", "sftp", "alipan")
@@ -75,3 +77,31 @@ def check_location(value: str, *, where: str, schemes: tuple[str, ...] = SUPPORT
             f"write {scheme}://BUCKET/PATH"
         )
     return value
+
+
+def check_output_prefix(value: str, *, where: str) -> None:
+    """ConfigError, prefixed by `where`, for an output URI whose object names hbpe would refuse to download.
+
+    A store keeps `s3://b/a/../b` or `s3://b/a//b` literally: the objects would be named `a/../b/...`, not
+    what the path seems to say, and every download (`storage.local_path_inside`, a checkpoint pointer)
+    refuses such names. The rule is theirs, `is_relative_object_name`, on the part after the bucket.
+
+    >>> check_output_prefix("s3://b/runs/a/", where="--out"), check_output_prefix("runs/../a", where="--out")
+    (None, None)
+    >>> check_output_prefix("s3://b/a/../b", where="--out s3://b/a/../b")
+    Traceback (most recent call last):
+    hbpe.schemas.errors.ConfigError: --out s3://b/a/../b: the object prefix 'a/../b' has an empty, '.' or '..' part (or a backslash, NUL or ':'); a store keeps it as written, and hbpe refuses to download such names: write s3://b/b
+    """
+    if not is_uri(value):
+        return
+    scheme, _, rest = value.partition("://")
+    bucket, _, prefix = rest.partition("/")
+    prefix = prefix.rstrip("/")
+    if not prefix or is_relative_object_name(prefix):
+        return
+    plain = posixpath.normpath(prefix).lstrip("/")
+    fix = f": write {scheme}://{bucket}/{plain}" if is_relative_object_name(plain) else ""
+    raise ConfigError(
+        f"{where}: the object prefix {prefix!r} has an empty, '.' or '..' part (or a backslash, NUL or ':'); a store "
+        f"keeps it as written, and hbpe refuses to download such names{fix}"
+    )

@@ -68,7 +68,8 @@ class Manifest:
     shards: list[str]
     timing: dict[str, Any] = field(default_factory=dict)
     # input paths left out because their file or folder was read under another path (symlink loops, links):
-    # {"path", "reason", "same_as"} each
+    # {"path", "reason", "same_as"} each; or that a folder or glob holds besides files (FIFOs, devices, links to
+    # nothing): {"path", "reason"}
     skipped_inputs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dat
 from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
 
 from hbpe.schemas.errors import ConfigError
-from hbpe.schemas.locations import SUPPORTED_SCHEMES, check_location, is_uri
+from hbpe.schemas.locations import SUPPORTED_SCHEMES, check_location, check_output_prefix, is_uri
 
 # model.io: the paper's model and its baselines, all trained from the same shards (training/data/schemes.py)
 IO_SCHEMES = ("hierarchical", "bpe", "bytes", "space", "entropy")
@@ -760,6 +760,7 @@ class TrainConfig(_Section):
         for name in ("run_name", "save_folder"):
             _check_range(name, bool(getattr(self, name)), "''", "must not be empty", self._example_of(name))
         object.__setattr__(self, "save_folder", _local_or_uri("save_folder", self.save_folder, SAVE_FOLDER_SCHEMES))
+        check_output_prefix(self.save_folder, where=f"save_folder={self.save_folder}")
         if not self.data.train_sources:
             raise ConfigError(
                 "data.train is empty: set it to a shard directory from `hbpe convert` (or mix several with data.streams)"

@@ -97,7 +97,7 @@ class FinalizeContext:
     tokenizer_spec: TokenizerSpec
     started_at: float
     timing: dict = field(default_factory=dict)  # how this run went (runner, units reused): recorded under timing
-    skipped_inputs: list[dict] = field(default_factory=list)  # inputs.SkippedInput dicts: links read once
+    skipped_inputs: list[dict] = field(default_factory=list)  # inputs.SkippedInput dicts: read once, or no file
 
 
 def sum_counts(units: list[UnitSummary], plan: ShardPlan) -> tuple[Counts, list[int]]:

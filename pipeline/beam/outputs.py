@@ -22,6 +22,7 @@ from hbpe.pipeline import lock_file
 from hbpe.pipeline.beam import fs, resume
 from hbpe.pipeline.beam.finalize import STAGING_DIRNAME, discard_hbpe_entries, is_hbpe_entry
 from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.locations import check_output_prefix
 from hbpe.schemas.manifest import MANIFEST_FORMAT
 from hbpe.schemas.shard_columns import COMPLETED_FILENAME, MANIFEST_FILENAME
 
@@ -50,6 +51,7 @@ def output_dir(path: str) -> str:
     nothing and is printed at the start, while refusing would cost every `runs/<new>/shards`.
     """
     if fs.is_remote(path):
+        check_output_prefix(path, where=f"--out {path}")
         return path.rstrip("/")
     real = os.path.realpath(path)
     if os.path.exists(real) and not os.path.isdir(real):

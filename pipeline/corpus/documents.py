@@ -21,6 +21,13 @@ BLANK_LINE = "blank_line"
 TOO_LONG = "too_long"
 UNREADABLE_INPUT = "unreadable_input"  # a file (or its remainder) that cannot be read or decompressed
 
+# the most bytes one raw record (a line, a whole .txt file) may take without --max-doc-bytes: a record is
+# held whole while it is parsed, so a longer one (a decompression bomb: a 13 MB .gz of one 3 GB line) is
+# rejected as too_long while it is read, in bounded chunks, instead of ending the run in MemoryError
+DEFAULT_MAX_RECORD_BYTES = 1 << 30
+JSON_BYTES_PER_TEXT_BYTE = 6  # JSON may spell one byte of text in six ("\u0001")
+JSON_OTHER_FIELDS_BYTES = 1 << 20  # room for a JSON record's other fields (id, metadata) besides its text
+
 
 @dataclass(frozen=True)
 class Document:
@@ -58,6 +65,30 @@ class RecordPolicy:
             raise ValueError(f"invalid_utf8 must be 'reject' or 'replace', got {self.invalid_utf8!r}")
         if self.max_doc_bytes is not None and self.max_doc_bytes <= 0:
             raise ValueError(f"max_doc_bytes must be positive, got {self.max_doc_bytes}")
+
+    def max_record_bytes(self, fmt: str) -> int:
+        """The most bytes one raw record of format `fmt` may take; a longer one is rejected unread.
+
+        With max_doc_bytes: that many for text, whose record is its text; for JSON, room for a text
+        of max_doc_bytes however it is escaped, plus 1 MiB of other fields. Without: DEFAULT_MAX_RECORD_BYTES.
+        """
+        if self.max_doc_bytes is None:
+            return DEFAULT_MAX_RECORD_BYTES
+        if fmt == "text":
+            return self.max_doc_bytes
+        return JSON_BYTES_PER_TEXT_BYTE * self.max_doc_bytes + JSON_OTHER_FIELDS_BYTES
+
+    def record_too_long(self, fmt: str, nbytes: int | None, **where: Any) -> Reject:
+        """The reject of a record over max_record_bytes(fmt) (`nbytes` None: a file read no further than that)."""
+        limit = self.max_record_bytes(fmt)
+        if self.max_doc_bytes is None:
+            why = "hbpe's ceiling without --max-doc-bytes"
+        elif fmt == "text":
+            why = f"max_doc_bytes={self.max_doc_bytes}"
+        else:
+            why = f"{JSON_BYTES_PER_TEXT_BYTE} x max_doc_bytes={self.max_doc_bytes} + 1 MiB for JSON escapes and fields"
+        size = f"{nbytes} bytes" if nbytes is not None else f"more than {limit} bytes"
+        return Reject(reason=TOO_LONG, detail=f"a record of {size} > {limit} ({why}): skipped unread", **where)
 
 
 def get_dotted(obj: Any, path: str) -> tuple[bool, Any]:

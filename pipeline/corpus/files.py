@@ -109,17 +109,22 @@ def open_decompressed(path: str, compression: str | None) -> io.BufferedIOBase:
 
 
 class _ZstdReader(io.RawIOBase):
-    """Multi-frame zstd decompression that raises on a truncated stream.
+    """Multi-frame zstd decompression that raises on a truncated stream, in bounded memory.
 
     zstandard's stream_reader returns a silent EOF when the last frame is cut
-    short; a corpus converter must report that file as unreadable instead.
+    short; a corpus converter must report that file as unreadable instead. Its
+    decompressobj has no output limit, so it is fed ZSTD_FEED bytes at a time: zstd
+    expands a byte to at most 32 KiB (a 4-byte RLE block makes 128 KiB), so a bomb's
+    every call makes at most 8 MiB, where a 1 MiB read of one made 32 GiB.
     """
 
     def __init__(self, raw: io.IOBase) -> None:
         import zstandard
 
         self._zstd = zstandard
-        self._raw, self._dobj, self._buf = raw, zstandard.ZstdDecompressor().decompressobj(), b""
+        self._raw, self._dobj = raw, zstandard.ZstdDecompressor().decompressobj()
+        self._input, self._fed = b"", 0  # compressed bytes read, and how many of them went to the decompressor
+        self._buf, self._taken = b"", 0  # decompressed bytes, and how many of them were returned
         self._in_frame = False
         self._error: OSError | None = None  # raised once the text decoded before it has been read
 
@@ -127,36 +132,47 @@ class _ZstdReader(io.RawIOBase):
         return True
 
     def readinto(self, b) -> int:
-        while not self._buf:
+        while self._taken == len(self._buf):
             if self._error:
                 raise self._error
-            chunk = self._raw.read(1 << 20)
-            if not chunk:
-                if self._in_frame:
-                    raise EOFError("truncated zstd stream: the last frame is incomplete")
-                return 0
-            while chunk:
-                self._in_frame = True
-                try:
-                    self._buf += self._dobj.decompress(chunk)
-                except self._zstd.ZstdError as e:
-                    # ZstdError is a bare Exception; as OSError it is a reject like a bad gzip, not a crash
-                    self._error = OSError(f"not zstd data, or corrupt: {e}")
-                    break
-                if self._dobj.eof:
-                    chunk = self._dobj.unused_data
-                    self._dobj = self._zstd.ZstdDecompressor().decompressobj()
-                    self._in_frame = False
-                else:
-                    chunk = b""
-        n = min(len(b), len(self._buf))
-        b[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
+            if self._fed >= len(self._input):
+                self._input, self._fed = self._raw.read(1 << 20), 0
+                if not self._input:
+                    if self._in_frame:
+                        raise EOFError("truncated zstd stream: the last frame is incomplete")
+                    return 0
+            self._buf, self._taken = b"", 0  # freed before the next output is made
+            self._buf = self._decompress(self._input[self._fed : self._fed + ZSTD_FEED])
+            self._fed += ZSTD_FEED
+        n = min(len(b), len(self._buf) - self._taken)
+        b[:n] = self._buf[self._taken : self._taken + n]
+        self._taken += n
         return n
+
+    def _decompress(self, chunk: bytes) -> bytes:
+        out = b""
+        while chunk:
+            self._in_frame = True
+            try:
+                out += self._dobj.decompress(chunk)
+            except self._zstd.ZstdError as e:
+                # ZstdError is a bare Exception; as OSError it is a reject like a bad gzip, not a crash
+                self._error = OSError(f"not zstd data, or corrupt: {e}")
+                break
+            if self._dobj.eof:  # a frame ends inside the chunk: the next one starts on what is left
+                chunk = self._dobj.unused_data
+                self._dobj = self._zstd.ZstdDecompressor().decompressobj()
+                self._in_frame = False
+            else:
+                chunk = b""
+        return out
 
     def close(self) -> None:
         self._raw.close()
         super().close()
+
+
+ZSTD_FEED = 256  # compressed bytes per decompression call (see _ZstdReader)
 
 
 def plan_units(files: list[FileInfo], *, split_bytes: int, text_unit: str = "file") -> list[WorkUnit]:
@@ -178,11 +194,16 @@ def plan_units(files: list[FileInfo], *, split_bytes: int, text_unit: str = "fil
     return units
 
 
-def _row_group_spans(path: str, split_bytes: int) -> list[tuple[int, int]]:
+def _row_group_spans(path: str, split_bytes: int) -> list[tuple[int, int | None]]:
     import pyarrow.parquet as pq
 
-    with open_raw(path) as fh:
-        meta = pq.ParquetFile(fh).metadata
+    try:
+        with open_raw(path) as fh:
+            meta = pq.ParquetFile(fh).metadata
+    except (OSError, ValueError):  # empty, cut short, not Parquet (ArrowInvalid is a ValueError)
+        # one unit, all of it: reading it fails the same way, and that makes it an unreadable_input reject, as
+        # a damaged .gz is, instead of an error that stops the whole conversion before any file is read
+        return [(0, None)]
     spans, start, acc = [], 0, 0
     for rg in range(meta.num_row_groups):
         acc += meta.row_group(rg).total_byte_size
@@ -195,19 +216,28 @@ def _row_group_spans(path: str, split_bytes: int) -> list[tuple[int, int]]:
 
 
 def iter_unit(unit: WorkUnit, policy: RecordPolicy, *, text_unit: str = "file") -> Iterator[Document | Reject]:
-    """Every record of a unit, in order, as a Document or a Reject. Read errors become a final Reject."""
+    """Every record of a unit, in order, as a Document or a Reject. Read errors become a final Reject.
+
+    No record over `policy.max_record_bytes` is held whole: it is read on in bounded chunks, dropped,
+    and becomes a too_long reject (a decompression bomb of one huge line ends as one reject, not in MemoryError).
+    """
     offset = unit.start
+    limit = policy.max_record_bytes(unit.format)
     try:
         if unit.format == "parquet":
             yield from _iter_parquet(unit, policy)
             return
         with open_decompressed(unit.path, unit.compression) as f:
             if unit.format == "text" and text_unit == "file":
-                yield parse_text_record(_strip_bom(f.read()), source=unit.path, offset=0, line=1, policy=policy)
+                yield _whole_file_record(f, unit.path, policy)
                 return
             parse = parse_json_record if unit.format == "jsonl" else parse_text_record
-            for offset, line_no, raw in _iter_lines(f, unit.start, unit.end):
-                yield parse(raw, source=unit.path, offset=offset, line=line_no, policy=policy)
+            for offset, line_no, raw, size in _iter_lines(f, unit.start, unit.end, limit):
+                where = {"source": unit.path, "offset": offset, "line": line_no}
+                if raw is None:
+                    yield policy.record_too_long(unit.format, size, **where)
+                else:
+                    yield parse(raw, **where, policy=policy)
     except (OSError, EOFError, ValueError) as e:  # truncated/corrupt gzip, bz2, zstd; unreadable file
         yield Reject(source=unit.path, offset=offset, reason=UNREADABLE_INPUT, detail=f"{type(e).__name__}: {e}")
 
@@ -217,25 +247,77 @@ def _strip_bom(data: bytes) -> bytes:
     return data[len(UTF8_BOM) :] if data.startswith(UTF8_BOM) else data
 
 
-def _iter_lines(f: io.BufferedIOBase, start: int, end: int | None) -> Iterator[tuple[int, int | None, bytes]]:
+def _whole_file_record(f: io.BufferedIOBase, source: str, policy: RecordPolicy) -> Document | Reject:
+    """A .txt file read as one document (text_unit "file"), read no further than the record limit."""
+    limit = policy.max_record_bytes("text")
+    data = _read_at_most(f, limit + len(UTF8_BOM))
+    data = None if data is None else _strip_bom(data)
+    where = {"source": source, "offset": 0, "line": 1}
+    if data is None or len(data) > limit:
+        return policy.record_too_long("text", None if data is None else len(data), **where)
+    return parse_text_record(data, **where, policy=policy)
+
+
+def _iter_lines(
+    f: io.BufferedIOBase, start: int, end: int | None, limit: int
+) -> Iterator[tuple[int, int | None, bytes | None, int]]:
+    """(offset, line number, line without its newline, its size) of every line the range owns; the line is None
+    when it holds more than `limit` bytes (it was read past, never held whole)."""
     pos = start
     if start > 0:
         f.seek(start - 1)
-        pos = start - 1 + len(f.readline())  # skip the line that began in the previous range
+        pos = start - 1 + _skip_line(f)[0]  # skip the line that began in the previous range
     line_no = 1 if start == 0 else None
     while end is None or pos < end:
-        raw = f.readline()
-        if not raw:
-            break
         record_at = pos
-        pos += len(raw)
-        if record_at == 0:
-            raw = _strip_bom(raw)  # only the file's first line can carry one; json.loads rejects it
-        if raw.endswith(b"\n"):
-            raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-        yield record_at, line_no, raw
+        raw, n, size = _read_line(f, limit + _LINE_SLACK)
+        if not n:
+            break
+        pos += n
+        if raw is not None:
+            if record_at == 0:
+                raw = _strip_bom(raw)  # only the file's first line can carry one; json.loads rejects it
+            if raw.endswith(b"\n"):
+                raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+            size = len(raw)
+        yield record_at, line_no, raw if size <= limit else None, size
         if line_no is not None:
             line_no += 1
+
+
+_LINE_SLACK = len(UTF8_BOM) + len(b"\r\n")  # what a line may hold besides its record
+_CHUNK = 1 << 20  # how much of an over-long line or file is read at a time
+
+
+def _read_line(f: io.BufferedIOBase, most: int) -> tuple[bytes | None, int, int]:
+    """(the next line, newline included, b"" at the end; bytes read; bytes read less the newline). The line is
+    None when it holds more than `most` bytes: it is then read past in chunks and dropped, never held whole."""
+    raw = f.readline(most + 1)
+    if len(raw) <= most or raw.endswith(b"\n"):
+        return raw, len(raw), len(raw)
+    n, newline = _skip_line(f)
+    return None, len(raw) + n, len(raw) + n - newline
+
+
+def _skip_line(f: io.BufferedIOBase) -> tuple[int, int]:
+    """Read past the end of the current line in bounded chunks: (bytes read, 1 if they end in a newline else 0)."""
+    n = 0
+    while chunk := f.readline(_CHUNK):
+        n += len(chunk)
+        if chunk.endswith(b"\n"):
+            return n, 1
+    return n, 0
+
+
+def _read_at_most(f: io.BufferedIOBase, most: int) -> bytes | None:
+    """All that is left in `f`, or None when that is more than `most` bytes (read no further than that)."""
+    chunks, n = [], 0
+    while chunk := f.read(min(_CHUNK, most + 1 - n)):
+        chunks.append(chunk)
+        n += len(chunk)
+        if n > most:
+            return None
+    return b"".join(chunks)
 
 
 def _iter_parquet(unit: WorkUnit, policy: RecordPolicy) -> Iterator[Document | Reject]:

@@ -6,12 +6,16 @@ or two folders linking each other end the walk instead of repeating the corpus 4
 over (the kernel's link limit) or growing without bound. A file reached under a second
 path (a symlink or a hard link to a file already found) is read once too. What was left
 out for this is returned as `skipped`, with the reason and the path read instead, for the
-manifest and the conversion's summary.
+manifest and the conversion's summary; so are what a folder or glob holds besides files and
+folders: a FIFO, socket or device (it has no size to cut into ranges, and a FIFO blocks the
+read) and a link to nothing. Given directly, such a path is an error.
 
     DIR/a.jsonl                  read
     DIR/self -> .                skipped: directory_already_read, same as DIR
     DIR/sub/b.jsonl              read
     DIR/link.jsonl -> a.jsonl    skipped: file_already_read, same as DIR/a.jsonl
+    DIR/pipe.jsonl (mkfifo)      skipped: not_a_regular_file
+    DIR/gone.jsonl -> nowhere    skipped: dangling_link
 
 Real folders are walked before any link to a folder is followed, so the path kept is the
 plain one when there is one.
@@ -22,7 +26,8 @@ from __future__ import annotations
 import fnmatch
 import glob
 import os
-from collections.abc import Iterable, Iterator
+import stat
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from hbpe.pipeline import storage
@@ -32,16 +37,18 @@ from hbpe.schemas.errors import ConfigError
 
 DIRECTORY_ALREADY_READ = "directory_already_read"  # a link to a folder walked already (a loop, or a 2nd path)
 FILE_ALREADY_READ = "file_already_read"  # the same file under another path (symlink or hard link)
+NOT_A_REGULAR_FILE = "not_a_regular_file"  # a FIFO, socket or device in a folder or glob
+DANGLING_LINK = "dangling_link"  # a symbolic link to nothing in a folder or glob
 
 
 @dataclass(frozen=True)
 class SkippedInput:
     path: str
     reason: str
-    same_as: str
+    same_as: str | None = None  # the path read instead, for the paths read once
 
     def to_dict(self) -> dict[str, str]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass
@@ -77,16 +84,20 @@ def find_inputs(
             matches = [m.path for m in filesystems().match([pat])[0].metadata_list]
         elif os.path.isdir(pat):
             root = pat
-            matches = [p for p in walk.files(pat) if os.path.isfile(p)]
+            matches = list(walk.files(pat))
         elif "**" in pat:  # glob's ** follows links to folders without end: walk its base instead
-            matches = [p for p in walk.files(_glob_base(pat)) if os.path.isfile(p) and _glob_match(p, pat)]
+            matches = [p for p in walk.files(_glob_base(pat)) if _glob_match(p, pat)]
         else:
-            matches = [p for p in glob.glob(pat) if os.path.isfile(p)]
+            _refuse_special(pat)
+            matches = [p for p in glob.glob(pat) if not os.path.isdir(p)]
         if skip:
             matches = [p for p in matches if storage.is_remote(p) or not os.path.realpath(p).startswith(skip)]
-        kept = [p for p in matches if not excluded(p, root)]
+        candidates = [p for p in matches if not excluded(p, root)]
+        kept = _regular_files(candidates, skipped)
         if not kept:
             why = f" (all {len(matches)} excluded by --exclude)" if matches else ""
+            if candidates:
+                why = f" (only {len(candidates)} FIFO, device or link to nothing, such as {candidates[0]})"
             raise ConfigError(f"--input {pat!r} matches no file{why}; check the path or quote the glob")
         unknown += [p for p in kept if detect_or_none(p) is None]
         found.update(kept)
@@ -105,13 +116,60 @@ def find_inputs(
 
 
 def skipped_line(skipped: list[SkippedInput]) -> str:
-    """One line for the log: how many paths were left out, the first few, and where the full list is."""
-    shown = ", ".join(f"{s.path} (same as {s.same_as})" for s in skipped[:3])
-    more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
-    return (
-        f"skipped {len(skipped)} input path(s) whose folder or file was read under another path (a symlink loop "
-        f"or a second link): {shown}{more}; the manifest lists them under skipped_inputs"
+    """One line for the log: how many paths were left out and why, the first few, and where the full list is."""
+    once = [s for s in skipped if s.same_as is not None]
+    others = [s for s in skipped if s.same_as is None]
+    parts = []
+    if once:
+        parts.append(
+            f"skipped {len(once)} input path(s) whose folder or file was read under another path (a symlink loop "
+            f"or a second link): {_first(once, lambda s: f'same as {s.same_as}')}"
+        )
+    if others:
+        parts.append(
+            f"skipped {len(others)} input path(s) that are no regular file (a FIFO, socket or device, or a link to "
+            f"nothing): {_first(others, lambda s: s.reason)}"
+        )
+    return "; ".join(parts) + "; the manifest lists them under skipped_inputs"
+
+
+def _first(skipped: list[SkippedInput], why: Callable[[SkippedInput], str]) -> str:
+    shown = ", ".join(f"{s.path} ({why(s)})" for s in skipped[:3])
+    return shown + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+
+
+def _refuse_special(path: str) -> None:
+    """A path given directly that exists but is no file or folder (a FIFO, /dev/zero, a link to nothing): ConfigError."""
+    if glob.has_magic(path) or not os.path.lexists(path) or os.path.isfile(path) or os.path.isdir(path):
+        return
+    if os.path.islink(path) and not os.path.exists(path):
+        raise ConfigError(f"--input {path!r} is a link to {os.readlink(path)!r}, which does not exist; fix the link")
+    mode = os.stat(path).st_mode
+    kind = next((k for test, k in _SPECIAL if test(mode)), "not a file or folder")
+    raise ConfigError(
+        f"--input {path!r} is not a regular file ({kind}): hbpe reads corpus files, which it can size, split "
+        "and read again on --resume; write the data to a file and pass that"
     )
+
+
+_SPECIAL = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _regular_files(paths: list[str], skipped: list[SkippedInput]) -> list[str]:
+    """The regular files of `paths` (URIs, files, links to files); the others are appended to `skipped`."""
+    files = []
+    for p in paths:
+        if storage.is_remote(p) or os.path.isfile(p):
+            files.append(p)
+        else:
+            dangling = os.path.islink(p) and not os.path.exists(p)
+            skipped.append(SkippedInput(p, DANGLING_LINK if dangling else NOT_A_REGULAR_FILE))
+    return files
 
 
 def _once_per_file(paths: list[str]) -> tuple[list[str], list[SkippedInput]]:

@@ -89,9 +89,13 @@ def save(tok: HierarchicalTokenizer, out_dir: str | os.PathLike, *, overwrite: b
         return _save_remote(tok, str(out_dir), overwrite=overwrite)
     out = _check_local_out(out_dir, overwrite=overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    # built in a plain folder inside mkdtemp's: that one is 0o700, this one gets the umask's mode, as any
+    # mkdir (a shared export's tokenizer/ was unreadable to the other users)
+    tmp = work / out.name
     old = None
     try:
+        tmp.mkdir()
         (tmp / RANK_FILENAME).write_bytes(first_stage.format_rank_file(tok.encoding._mergeable_ranks))
         (tmp / SPEC_FILENAME).write_text(pretty_json(tok.spec.to_dict()))
         if out.exists():
@@ -102,9 +106,9 @@ def save(tok: HierarchicalTokenizer, out_dir: str | os.PathLike, *, overwrite: b
     except BaseException:
         if old is not None and not out.exists() and (old / out.name).exists():
             os.replace(old / out.name, out)
-        shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
+        shutil.rmtree(work, ignore_errors=True)  # empty once the new folder is in place
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)  # holds only the checked tokenizer files
     return Path(out_dir)  # as the caller spelled it (the demo prints it beside its other relative paths)

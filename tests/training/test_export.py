@@ -6,7 +6,9 @@ Tied weights must come back tied (one parameter), with every value and every log
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 
 import pytest
 import torch
@@ -117,6 +119,26 @@ def test_export_folder_rules(exported, tiny_run, tmp_path):
     r = CliRunner().invoke(main, ["export", "--checkpoint", str(tiny_run), "--out", str(copy), "--overwrite"])
     assert r.exit_code == 0 and "tied: io.decoder.embed.weight = io.encoder.embed.weight" in r.output
     assert (foreign / "notes.txt").read_text() == "mine"
+
+
+def test_an_export_takes_the_modes_the_umask_gives(tiny_run, tmp_path):
+    """Folders 0o777 & ~umask and files 0o666 & ~umask, as mkdir and open give: tokenizer/ was 0o700 (mkdtemp's,
+    renamed into place, in `hbpe export` and `hbpe demo`), so a shared export was unreadable to the other users."""
+    model, tok = load_model(str(tiny_run))[:2]
+    umask = os.umask(0o002)
+    try:
+        write_export(model, tok, str(tmp_path / "model"), source={})
+    finally:
+        os.umask(umask)
+    modes = {p.relative_to(tmp_path).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in tmp_path.rglob("*")}
+    assert modes == {
+        "model": 0o775,
+        "model/tokenizer": 0o775,
+        "model/tokenizer/first_stage.tiktoken": 0o664,
+        "model/tokenizer/hbpe_tokenizer.json": 0o664,
+        "model/model.safetensors": 0o664,
+        "model/hbpe_model.json": 0o664,
+    }
 
 
 def _edited(exported, tmp_path, name: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -212,6 +213,28 @@ def _load_kwargs(cfg: TrainConfig, resume_from: str | None) -> dict[str, Any]:
     return {"autoresume": False, "load_path": cfg.load_path}
 
 
+def _without_a_credentials_object_at_the_bucket_root(make: Callable[..., Any]) -> Callable[..., Any]:
+    """`make` (Composer's Trainer) run with Composer's write check of a bucket save_folder skipped.
+
+    Composer proves it may write by uploading `.credentials_validated_successfully` at the bucket's
+    root, outside the prefix the user gave, and leaves it there. hbpe's run files prove the same
+    inside the save folder, with the same credentials, before the first step (`write_run_files`
+    in build_run), so nothing is lost by skipping it.
+    """
+
+    def made(*args: Any, **kwargs: Any) -> Any:
+        from composer.utils import remote_uploader
+
+        check = remote_uploader.validate_credentials
+        remote_uploader.validate_credentials = lambda *a, **kw: None
+        try:
+            return make(*args, **kwargs)
+        finally:
+            remote_uploader.validate_credentials = check
+
+    return made
+
+
 def _poll_uploads_often(trainer: Any) -> None:
     """Composer uploads `latest-rank0.pt.symlink` once it sees the checkpoint in the bucket, looking every 30 s
     (its attribute is there for tests to shorten): each save, and the end of the run, waited up to 30 s for a
@@ -259,7 +282,7 @@ def build_run(
     meter = ThroughputMeter()
     resume_from = latest_checkpoint(cfg) if cfg.autoresume and save_enabled else None
     guard_checkpoint_loading(cfg, resume_from=resume_from)
-    trainer = Trainer(
+    trainer = _without_a_credentials_object_at_the_bucket_root(Trainer)(
         model=cmodel,
         train_dataloader=train_dl,
         eval_dataloader=eval_dl,
