@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hbpe.schemas.symbols import PAD
 from hbpe.schemas.train_config import EMBEDDING_IOS, ModelConfig
 
 if TYPE_CHECKING:
@@ -125,8 +126,6 @@ def local_train_flops(cfg: ModelConfig, patches: Tensor, *, vocab_size: int) -> 
     scratch as wide as the batch's longest patch (its only PAD). Padded: all S positions of every patch.
     The encoder reads patches 1..N-1, the decoder predicts patches 2..N (training/model/patch_io.py).
     """
-    from hbpe.schemas.symbols import PAD
-
     local = dict(ffn=cfg.local_ffn, heads=cfg.local_heads, mlp_mats=SWIGLU_MLP_MATS)
     S = patches.shape[-1]
     executed = useful = 0.0
@@ -152,8 +151,6 @@ def batch_train_flops(cfg: ModelConfig, x: Tensor, *, vocab_size: int) -> dict[s
 
     `x` is the batch's `tokens` (B, N) for the embedding schemes, its `patches` (B, N, S) otherwise.
     """
-    from hbpe.schemas.symbols import PAD
-
     B, N = x.shape[:2]
     T = N - 1
     if cfg.io in EMBEDDING_IOS:
