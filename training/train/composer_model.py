@@ -55,7 +55,8 @@ class HierarchicalComposerModel(ComposerModel):
         return self.batch_flops(batch)["executed"]
 
     def batch_flops(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        """{executed, pad}: what the batch's training step computes, and the part of it spent on PAD.
+        """{executed, pad, paper}: what the batch's training step computes, the part of it spent on PAD, and
+        the paper's count for the same text.
 
         From the batch itself: the byte schemes' latent length and patch width vary by batch, and the
         packed local models' work by the real symbols of its patches (training/model/flops.py).
