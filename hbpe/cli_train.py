@@ -521,6 +521,7 @@ def checkpoint_consolidate_cmd(path: str, out: str | None, overwrite: bool, as_j
     "variants",
     multiple=True,
     metavar='"NAME [KEY=VALUE ...]"',
+    show_default="none: CONFIG alone",
     help="A model to run side by side in this process: a name, then overrides on top of CONFIG's. Repeat it; "
     "ratios are to the first.",
 )
@@ -538,8 +539,7 @@ def bench_train_cmd(
     \b
     Examples:
       hbpe bench train tiny data.train=runs/demo/shards-train --batches 5
-      hbpe bench train tiny data.train=runs/demo/shards-train --batches 10 --repeat 3 \\
-        --compare "packed" --compare "padded model.local_layout=padded" --compare "bpe model.io=bpe"
+      hbpe bench train tiny data.train=runs/demo/shards-train --batches 10 --compare packed --compare "padded model.local_layout=padded"
     """
     import shlex
 

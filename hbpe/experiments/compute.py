@@ -28,6 +28,7 @@ from composer import State
 
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training import table1_row
+from hbpe.training.train.callbacks import batch_flops
 
 
 def paper_train_flops_per_byte(row: dict[str, Any]) -> float:
@@ -52,4 +53,4 @@ def executed_batch_flops(state: State) -> dict[str, float]:
     Composer puts the whole batch back into `state.batch` after its microbatches, so at
     BATCH_END this is the full batch.
     """
-    return state.model.batch_flops(state.batch)
+    return batch_flops(state)

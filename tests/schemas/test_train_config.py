@@ -90,7 +90,10 @@ def _build(**over):
             {"data": {"train": "x", "shufle": False}},
             r"unknown config keys \['data\.shufle'\] \(did you mean data\.shuffle\?\)",
         ),
-        ({"optim": {"momentum": 0.9}}, r"unknown config keys \['optim\.momentum'\]; known in optim: \['alpha_f'"),
+        (
+            {"optim": {"momentum": 0.9}},
+            r"unknown config keys \['optim\.momentum'\]; known in optim: \['allow_new_duration', 'alpha_f'",
+        ),
         (
             {"data": 3},
             r"data: got 3 \(an integer\), expected a section with keys train, eval, .*; e\.g\. data\.train=runs/demo/shards-train",

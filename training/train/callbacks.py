@@ -24,7 +24,7 @@ class ThroughputMeter(Callback):
         # predicted text positions: tokens, bytes or byte patches by scheme (training/data/schemes.py)
         nbytes, npatches = int(b["target_bytes"].sum()), int(b["text_positions"].sum())
         if self.batches > 0:  # the first batch pays warm-up costs
-            flops = state.model.batch_flops(b)  # executed and PAD FLOPs (training/model/flops.py)
+            flops = batch_flops(state)
             self.seconds += dt
             self.bytes += nbytes
             self.patches += npatches
@@ -51,3 +51,10 @@ class ThroughputMeter(Callback):
             "paper_flops_per_byte": self.paper_flops / max(self.bytes, 1),
             "pad_share": self.pad_flops / self.flops if self.flops else 0.0,  # of the executed FLOPs
         }
+
+
+def batch_flops(state: State) -> dict[str, float]:
+    """{executed, pad, paper} FLOPs of the batch just trained (HierarchicalComposerModel.batch_flops), also
+    where Composer has wrapped the model (DistributedDataParallel keeps it as `.module`)."""
+    model = state.model
+    return (model if hasattr(model, "batch_flops") else model.module).batch_flops(state.batch)
