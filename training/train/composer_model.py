@@ -62,4 +62,9 @@ class HierarchicalComposerModel(ComposerModel):
         packed local models' work by the real symbols of its patches (training/model/flops.py).
         """
         x = batch["tokens"] if self.model.cfg.io in EMBEDDING_IOS else batch["patches"]
-        return batch_train_flops(self.model.cfg, x, vocab_size=self.model.io.vocab_size)
+        # asked up to three times per batch (SpeedMonitor, the throughput meter, an experiment's curve): counted once,
+        # since counting the real symbols reads the whole batch (and syncs with a GPU)
+        cached = getattr(self, "_flops_of", None)
+        if cached is None or cached[0] is not x:
+            cached = self._flops_of = (x, batch_train_flops(self.model.cfg, x, vocab_size=self.model.io.vocab_size))
+        return cached[1]
