@@ -120,15 +120,22 @@ _DATA_HELP = "Shard directory from `hbpe convert`."
 @click.option(
     "--runner",
     default="auto",
-    help="inprocess (no Beam), a Beam runner (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, "
-    "PortableRunner, ...), or auto: inprocess for a local job with no Beam option, else DirectRunner.",
+    help="inprocess (no Beam), DaskRunner (on a Dask cluster), a Beam runner (DirectRunner, DataflowRunner, "
+    "FlinkRunner, SparkRunner, PortableRunner, ...), or auto: inprocess for a local job with no Beam option, "
+    "else DirectRunner.",
 )
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=None,
     show_default="all cores",
-    help="Worker processes of a local run (inprocess, or DirectRunner's --direct_num_workers).",
+    help="Worker processes of a local run (inprocess, DaskRunner's LocalCluster, or DirectRunner's "
+    "--direct_num_workers).",
+)
+@click.option(
+    "--dask-address",
+    default=None,
+    help="With --runner DaskRunner: the Dask scheduler (tcp://host:8786); default a LocalCluster on this machine.",
 )
 @json_option("the manifest")
 @click.pass_context
@@ -151,6 +158,7 @@ def convert(
     resume: bool,
     runner: str,
     workers: int | None,
+    dask_address: str | None,
     as_json: bool,
 ) -> None:
     """Tokenize corpora into MDS shards, with an Apache Beam pipeline or in process.
@@ -200,6 +208,7 @@ def convert(
             resume=resume,
             runner=runner,
             workers=workers,
+            dask_address=dask_address,
             progress=not is_quiet(),
             on_start=lambda units: say(f"converting {len(units)} work units -> {shown}"),
             on_message=None if is_verbose() else say,  # with -v the library's log shows these lines
@@ -354,6 +363,7 @@ def bench_convert(
     split_mb: int,
     runner: str,
     workers: int | None,
+    dask_address: str | None,
     as_json: bool,
 ) -> None:
     """Conversion MB/s vs tiktoken encode_ordinary_batch alone on the same text and cores; peak memory.

@@ -22,6 +22,7 @@ still missing, or finishes putting a complete output in place.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -33,10 +34,11 @@ from collections.abc import Callable
 from hbpe.pipeline import storage
 from hbpe.pipeline.beam import fs, stores
 from hbpe.pipeline.beam import resume as resuming
+from hbpe.pipeline.beam.dask_cluster import dask_executor
 from hbpe.pipeline.beam.finalize import STAGING_DIRNAME, FinalizeContext, finalize_output, replace_output
 from hbpe.pipeline.beam.inprocess import run_inprocess
 from hbpe.pipeline.beam.monitor import run_and_watch
-from hbpe.pipeline.beam.options import choose_runner, default_pipeline_options
+from hbpe.pipeline.beam.options import DASK, choose_runner, default_pipeline_options
 from hbpe.pipeline.beam.outputs import (
     Build,
     choose_build,
@@ -140,13 +142,15 @@ def run_convert(
     resume: bool = False,
     runner: str = "auto",
     workers: int | None = None,
+    dask_address: str | None = None,
     progress: bool = True,
     on_start: Callable[[list[WorkUnit]], None] | None = None,
     on_message: Callable[[str], None] | None = None,
 ) -> dict:
     """Run the whole conversion; returns the manifest as a dict.
 
-    `runner`: "auto", "inprocess" or a Beam runner name (options.py); `pipeline_args` are Beam
+    `runner`: "auto", "inprocess", "DaskRunner" (on the scheduler at `dask_address`, or a LocalCluster
+    of `workers` processes) or a Beam runner name (options.py); `pipeline_args` are Beam
     options (a `--runner=` among them counts as `runner`). `resume`: continue an interrupted
     run into the same output, and keep this run's encoded units if it is interrupted too.
     `on_message` gets the launcher's lines (the runner chosen and why, a resume, a remote
@@ -181,7 +185,8 @@ def run_convert(
     selection = find_inputs(cfg.inputs, excludes=cfg.excludes, skip_prefixes=own)
     files = [file_info(p) for p in selection.paths]
     skipped = [s.to_dict() for s in selection.skipped]
-    choice = choose_runner(runner, list(pipeline_args or []), output=output, files=files, workers=workers)
+    choice = choose_runner(runner, list(pipeline_args or []), output=output, files=files, workers=workers,
+                           dask_address=dask_address)  # fmt: skip
     pipeline = opts = None
     if choice.beam:
         import apache_beam as beam
@@ -228,12 +233,14 @@ def run_convert(
 
                     run_and_watch(pipeline, opts, n_units=len(units) - len(done), say=say)
                 else:
-                    run_inprocess(
-                        tok, cfg, pending=[u for u in units if u.index not in done], done=done, keys=keys,
-                        staging=staging, workers=choice.workers,
-                        ctx=_finalize_context(cfg, files, tok_spec, started, build.path, timing, skipped),
-                        on_running=ticker.start if ticker else lambda: None,
-                    )  # fmt: skip
+                    dask = choice.name == DASK
+                    with dask_executor(choice.dask_address, choice.workers, say) if dask else contextlib.nullcontext() as executor:  # fmt: skip
+                        run_inprocess(
+                            tok, cfg, pending=[u for u in units if u.index not in done], done=done, keys=keys,
+                            staging=staging, workers=choice.workers,
+                            ctx=_finalize_context(cfg, files, tok_spec, started, build.path, timing, skipped),
+                            on_running=ticker.start if ticker else lambda: None, executor=executor,
+                        )  # fmt: skip
         except BaseException as e:
             if ticker is not None:
                 ticker.stop()

@@ -13,6 +13,10 @@ unit or shard runs in the launcher itself. Units are encoded on tiktoken threads
 per core in all (tiktoken releases the GIL: 2 threads encode 1.95x as fast as one here), so
 a unit left alone at the end still uses every core. Shards go to the processes too, one each (the
 `zstd` module already compresses on a thread per core; its output does not depend on how many).
+
+Given an `executor` (a Dask cluster's, dask_cluster.py), every unit and shard is a task on it
+instead, one tiktoken thread each (a Dask worker is a process per core); a worker loads the
+tokenizer from staging once, at its first task of the run.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import HbpeError
 
 _TOK: HierarchicalTokenizer | None = None  # the tokenizer of a pool worker: inherited (fork) or loaded (spawn)
+_TOK_STAGING: str | None = None  # the staging _TOK is this run's for (a Dask worker outlives a run)
 
 
 def run_inprocess(
@@ -51,40 +56,44 @@ def run_inprocess(
     ctx: FinalizeContext,
     workers: int,
     on_running: Callable[[], None] = lambda: None,
+    executor: Executor | None = None,
 ) -> dict[str, Any]:
     """Encode the pending units, plan and write the shards, commit; returns the manifest.
 
     `on_running` is called once the worker processes exist (the progress thread starts
     there: a fork while another thread runs could copy a held lock into a child).
+    `executor`: run every unit and shard there (a Dask cluster's), not on a pool of this machine's.
     """
-    global _TOK
-    _TOK = tok  # for the tasks run here, and inherited by forked workers
+    global _TOK, _TOK_STAGING
+    _TOK, _TOK_STAGING = tok, staging  # for the tasks run here, and inherited by forked workers
     policy = RecordPolicy(cfg.text_field, cfg.id_field, cfg.invalid_utf8, cfg.max_doc_bytes)
     # the pool is forked first, before this run starts threads (the progress bar's, tiktoken's): a fork copies
     # only the forking thread, and a lock another thread held at that moment would stay held in the child
-    pool = _start_pool(staging, workers) if workers > 1 else None
+    pool = executor or (_start_pool(staging, workers) if workers > 1 else None)
     on_running()
     try:
         summaries = dict(done)
-        args = (staging, policy, cfg.text_unit, cfg.encode_batch_docs, _threads_per_unit(workers, len(pending)))
-        encode_on = pool if len(pending) > 1 else None  # one unit: here, on tiktoken threads
+        threads = 1 if executor else _threads_per_unit(workers, len(pending))
+        args = (staging, policy, cfg.text_unit, cfg.encode_batch_docs, threads)
+        encode_on = pool if len(pending) > 1 or executor else None  # one unit: here, on tiktoken threads
         for s in _map(encode_on, _encode, [(u, keys.get(u.index, ""), *args) for u in pending]):
             summaries[s.index] = s
         units = [summaries[i] for i in sorted(summaries)]
         S = tok.max_patch_size
         plan = plan_shards(units, seq_len=cfg.seq_len, samples_per_shard=cfg.samples_per_shard(S), tail=cfg.tail)
-        entries = list(
-            _map(pool if len(plan.tasks) > 1 else None, _write, [(t, staging, cfg.seq_len) for t in plan.tasks])
-        )
+        write_on = pool if len(plan.tasks) > 1 or executor else None
+        entries = list(_map(write_on, _write, [(t, staging, cfg.seq_len) for t in plan.tasks]))
     except BaseException as e:
-        if pool is not None:
+        if executor is not None:
+            executor.shutdown(wait=False)  # cancels what has not run; the cluster's owner stops what runs
+        elif pool is not None:
             _kill_pool(pool)
         if isinstance(e, BrokenProcessPool):
             raise HbpeError(
                 f"a worker process of the in-process runner died ({e}); out of memory? try --workers 1"
             ) from e
         raise
-    if pool is not None:
+    if pool is not None and executor is None:
         pool.shutdown(wait=True)
     return finalize_output(entries, ctx=ctx, units=units, plan=plan)
 
@@ -113,14 +122,20 @@ def _map(pool: Executor | None, fn: Callable, tasks: list[tuple]) -> Any:
 def _encode(
     unit: WorkUnit, key: str, staging: str, policy: RecordPolicy, text_unit: str, batch_docs: int, threads: int
 ) -> UnitSummary:
-    tok = _TOK
-    assert tok is not None, "the in-process runner sets the tokenizer before it encodes"
+    tok = _tokenizer(staging)
     return encode_unit(tok, unit, staging, policy, text_unit=text_unit, batch_docs=batch_docs, key=key, threads=threads)
 
 
 def _write(task: ShardTask, staging: str, seq_len: int) -> tuple[int, dict[str, Any]]:
-    assert _TOK is not None, "the in-process runner sets the tokenizer before it writes shards"
-    return write_shard(_TOK, staging, task, seq_len)
+    return write_shard(_tokenizer(staging), staging, task, seq_len)
+
+
+def _tokenizer(staging: str) -> HierarchicalTokenizer:
+    """This run's tokenizer: the launcher's (here and in forked workers), else loaded from staging once (Dask)."""
+    global _TOK, _TOK_STAGING
+    if _TOK is None or staging != _TOK_STAGING:
+        _TOK, _TOK_STAGING = fs.load_tokenizer(fs.join(staging, "tokenizer")), staging
+    return _TOK
 
 
 def _start_pool(staging: str, workers: int) -> ProcessPoolExecutor:
@@ -145,7 +160,7 @@ def _init_worker(staging: str, load: bool, launcher: int) -> None:
     if _TOK is not None and getattr(_TOK, "_pool", None) is not None:
         _TOK._pool = None  # a thread pool made before the fork is a dead copy here (no thread is copied): a new one
     if load:
-        _TOK = fs.load_tokenizer(fs.join(staging, "tokenizer"))
+        _tokenizer(staging)
 
 
 def _kill_pool(pool: ProcessPoolExecutor) -> None:

@@ -1,6 +1,8 @@
 """Which runner converts, and Beam's pipeline options when it is a Beam runner.
 
-`--runner` takes `auto` (the default), `inprocess` or a Beam runner name (DirectRunner,
+`--runner` takes `auto` (the default), `inprocess`, `DaskRunner` (the in-process runner's
+steps as tasks on a Dask cluster, dask_cluster.py: `--dask-address`, or a LocalCluster of
+`--workers` processes) or a Beam runner name (DirectRunner,
 DataflowRunner, FlinkRunner, SparkRunner, PortableRunner, PrismRunner, ...): one option
 instead of an in-process switch beside Beam's own `--runner`, so no combination of the
 two can contradict itself, and `--runner=DataflowRunner` means what it always meant.
@@ -35,6 +37,7 @@ from hbpe.pipeline.corpus.files import FileInfo
 from hbpe.schemas.errors import ConfigError
 
 INPROCESS = "inprocess"
+DASK = "DaskRunner"  # hbpe's Dask engine; Beam's own is --runner apache_beam.runners.dask.dask_runner.DaskRunner
 AUTO = "auto"
 COMPRESSED_TEXT_FACTOR = 4  # a compressed corpus file holds about this much more text than its size (en-sotu: 4.3)
 
@@ -58,12 +61,15 @@ class RunnerChoice:
     why: str  # one line: what chose it
     beam_args: tuple[str, ...] = ()  # Beam pipeline options, --runner included (empty for INPROCESS)
     workers: int = 1  # in-process worker processes (for a Beam runner: DirectRunner's, when it sets them)
+    dask_address: str | None = None  # DASK: the scheduler's, or None for a LocalCluster of `workers` processes
 
     @property
     def beam(self) -> bool:
-        return self.name != INPROCESS
+        return self.name not in (INPROCESS, DASK)
 
     def describe(self) -> str:
+        if self.name == DASK:
+            return f"runner: {DASK} ({self.why}; the in-process runner's steps as Dask tasks)"
         if not self.beam:
             return f"runner: inprocess, {self.workers} worker process(es) ({self.why}; --runner DirectRunner uses Beam)"
         return f"runner: {self.name} ({self.why})"
@@ -76,6 +82,7 @@ def choose_runner(
     output: str,
     files: Sequence[FileInfo],
     workers: int | None = None,
+    dask_address: str | None = None,
 ) -> RunnerChoice:
     """The runner for this job, from `--runner` (or a `--runner=` among the Beam options) and where its data lives."""
     args, named = _pop_runner(list(pipeline_args))
@@ -85,13 +92,16 @@ def choose_runner(
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     cores = workers or local_cores()
-    if runner.replace("-", "").replace("_", "").lower() == INPROCESS:
+    own = {INPROCESS: INPROCESS, DASK.lower(): DASK}.get(runner.replace("-", "").replace("_", "").lower())
+    if dask_address and own != DASK:
+        raise ConfigError(f"--dask-address {dask_address} needs --runner {DASK}; add it, or drop --dask-address")
+    if own:
         if args:
             raise ConfigError(
-                f"Beam pipeline options ({' '.join(args)}) have no effect with --runner inprocess: drop them, "
+                f"Beam pipeline options ({' '.join(args)}) have no effect with --runner {own}: drop them, "
                 "or choose a Beam runner (e.g. --runner DirectRunner)"
             )
-        return RunnerChoice(INPROCESS, "--runner inprocess", workers=cores)
+        return RunnerChoice(own, f"--runner {own}", workers=cores, dask_address=dask_address)
     if runner != AUTO:
         return RunnerChoice(runner, "--runner", (f"--runner={runner}", *args), workers=cores)
     if args:
