@@ -40,7 +40,7 @@ E2E_FIXTURES = {
 E2E_MODULES = {
     "test_convert", "test_convert_safety", "test_convert_resume", "test_convert_inprocess", "test_convert_hardening",
     "test_portable_runner", "test_workers_die_with_launcher", "test_first_stage_trainers", "test_hbpe_train",
-    "test_experiment", "test_experiment_inputs", "test_experiment_seeds", "test_generate_sampling",
+    "test_dask_runner", "test_experiment", "test_experiment_inputs", "test_experiment_seeds", "test_generate_sampling",
     "test_zero_shot_lm_eval", "test_launch_stop",
 }  # fmt: skip
 
