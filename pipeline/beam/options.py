@@ -33,13 +33,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from hbpe.pipeline import storage
-from hbpe.pipeline.corpus.files import FileInfo
+from hbpe.pipeline.corpus.files import COMPRESSED_TEXT_FACTOR, FileInfo
 from hbpe.schemas.errors import ConfigError
 
 INPROCESS = "inprocess"
 DASK = "DaskRunner"  # hbpe's Dask engine; Beam's own is --runner apache_beam.runners.dask.dask_runner.DaskRunner
 AUTO = "auto"
-COMPRESSED_TEXT_FACTOR = 4  # a compressed corpus file holds about this much more text than its size (en-sotu: 4.3)
 
 
 def local_cores() -> int:

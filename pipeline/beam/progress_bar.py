@@ -27,15 +27,20 @@ LOG_FORMAT = "{desc}: {percentage:3.0f}% {n:.1f}/{total:.1f} MB [{elapsed}<{rema
 
 
 def unit_input_bytes(units: Sequence[WorkUnit], files: Sequence[FileInfo]) -> list[int]:
-    """Each unit's share of its input file in bytes: its byte range, or its row groups' share of a Parquet file."""
+    """Each unit's share of its input file in bytes: its byte range, its row groups' share of a Parquet file, or
+    an equal share of a compressed file cut into ranges of its text."""
     last_group: dict[int, int] = {}
+    pieces: dict[int, int] = {}
     for u in units:
         if u.format == "parquet" and u.end is not None:
             last_group[u.file_index] = max(last_group.get(u.file_index, 0), u.end)
+        pieces[u.file_index] = pieces.get(u.file_index, 0) + 1
     out = []
     for u in units:
         size = files[u.file_index].size
-        if u.format == "parquet":
+        if u.compression is not None and u.format != "parquet":
+            out.append(size // pieces[u.file_index])
+        elif u.format == "parquet":
             groups = last_group.get(u.file_index) or 1
             out.append(size * ((u.end if u.end is not None else groups) - u.start) // groups)
         else:

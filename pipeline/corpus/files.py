@@ -1,9 +1,18 @@
 """Corpus files: format detection, decompression, byte-range work units, record iteration.
 
-A work unit is a file, or a byte range of a large uncompressed line-oriented file
-(a range owns every line that *starts* inside it), or a span of Parquet row
-groups. Units are independent, so a runner can read them in parallel while the
-output still follows file order.
+A work unit is a file, or a byte range of a large line-oriented file (a range owns
+every line that *starts* inside it), or a span of Parquet row groups. Units are
+independent, so a runner can read them in parallel while the output still follows
+file order.
+
+A compressed line file's ranges are offsets in its decompressed text: a unit
+decompresses (and drops) the text before its range, so a large .zst is encoded by
+several workers at the price of reading it again, which costs a small fraction of
+encoding it (decompression runs ~15-20x as fast as encoding on one core). Its text size
+is the one its zstd frame header records (zstd's CLI writes it), else an estimate from
+its size (COMPRESSED_TEXT_FACTOR): a range past the real end holds nothing, and the last range runs to the end of the file whatever it holds. The units'
+streams, concatenated in order, are the file's stream, so shards and rejects are the
+same bytes however the file is cut (line numbers included: the skipped text is counted).
 """
 
 from __future__ import annotations
@@ -31,6 +40,9 @@ from hbpe.schemas.errors import ConfigError
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bzip2"}
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".txt": "text", ".parquet": "parquet"}
 KNOWN_SUFFIXES = ".jsonl/.json/.ndjson, .txt or .parquet, optionally compressed as .gz, .zst or .bz2"
+COMPRESSED_TEXT_FACTOR = 4  # a compressed corpus file holds about this much more text than its size (en-sotu: 4.3)
+MAX_PIECES = 8  # a compressed file is cut into at most this many units: unit k decompresses the k before it
+SPREAD_UNITS = 64  # compressed files are cut only while the job has fewer files than this (a large cluster's workers)
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -176,14 +188,20 @@ ZSTD_FEED = 256  # compressed bytes per decompression call (see _ZstdReader)
 
 
 def plan_units(files: list[FileInfo], *, split_bytes: int, text_unit: str = "file") -> list[WorkUnit]:
-    """Cut files into work units: byte ranges for big uncompressed line files, row groups for Parquet."""
+    """Cut files into work units: byte ranges for big line files (of the text, when compressed), row groups
+    for Parquet. The cut depends only on the files and `split_bytes`, so a resumed run plans the same units."""
     units: list[WorkUnit] = []
     for fi, f in enumerate(files):
-        splittable = f.compression is None and (f.format == "jsonl" or (f.format == "text" and text_unit == "line"))
+        lines = f.format == "jsonl" or (f.format == "text" and text_unit == "line")
         if f.format == "parquet":
             for start, end in _row_group_spans(f.path, split_bytes):
                 units.append(WorkUnit(len(units), fi, f.path, f.format, f.compression, start, end))
-        elif splittable and f.size > split_bytes:
+        elif lines and f.compression is not None and (n := compressed_pieces(f, split_bytes, len(files))) > 1:
+            step = -(-text_size(f) // n)
+            for k in range(n):
+                units.append(WorkUnit(len(units), fi, f.path, f.format, f.compression, k * step,
+                                      (k + 1) * step if k < n - 1 else None))  # fmt: skip
+        elif lines and f.compression is None and f.size > split_bytes:
             for start in range(0, f.size, split_bytes):
                 end = min(start + split_bytes, f.size)
                 units.append(
@@ -192,6 +210,30 @@ def plan_units(files: list[FileInfo], *, split_bytes: int, text_unit: str = "fil
         else:
             units.append(WorkUnit(len(units), fi, f.path, f.format, f.compression, 0, None))
     return units
+
+
+def compressed_pieces(f: FileInfo, split_bytes: int, n_files: int) -> int:
+    """How many units a compressed line file is cut into: one per `split_bytes` of its estimated text, at most
+    MAX_PIECES, and only while the job has fewer than SPREAD_UNITS files (with more, every worker has files)."""
+    if n_files >= SPREAD_UNITS or f.size * COMPRESSED_TEXT_FACTOR <= split_bytes:  # (no header read for these)
+        return 1
+    return max(1, min(MAX_PIECES, -(-text_size(f) // split_bytes), -(-SPREAD_UNITS // n_files)))
+
+
+def text_size(f: FileInfo) -> int:
+    """About how much text a compressed file holds: what its zstd frame header records, if it does (zstd's CLI
+    does for a file; a stream has none), else COMPRESSED_TEXT_FACTOR x its size."""
+    if f.compression == "zstd":
+        import zstandard
+
+        try:
+            with open_raw(f.path) as fh:
+                size = zstandard.frame_content_size(fh.read(18))  # the longest frame header
+        except (OSError, zstandard.ZstdError):  # unreadable or not zstd: reading it makes the reject
+            size = -1
+        if size >= f.size:  # -1: not recorded
+            return size
+    return f.size * COMPRESSED_TEXT_FACTOR
 
 
 def _row_group_spans(path: str, split_bytes: int) -> list[tuple[int, int | None]]:
@@ -232,7 +274,12 @@ def iter_unit(unit: WorkUnit, policy: RecordPolicy, *, text_unit: str = "file") 
                 yield _whole_file_record(f, unit.path, policy)
                 return
             parse = parse_json_record if unit.format == "jsonl" else parse_text_record
-            for offset, line_no, raw, size in _iter_lines(f, unit.start, unit.end, limit):
+            at = None
+            if unit.compression is not None and unit.start > 0:
+                if (at := _skip_text(f, unit.start)) is None:
+                    return  # the text ends (or cannot be read) before the range: the unit reading there says so
+                offset = at[2]  # a read error before the first line is reported where a whole-file read reports it
+            for offset, line_no, raw, size in _iter_lines(f, unit.start, unit.end, limit, at=at[:2] if at else None):
                 where = {"source": unit.path, "offset": offset, "line": line_no}
                 if raw is None:
                     yield policy.record_too_long(unit.format, size, **where)
@@ -259,15 +306,19 @@ def _whole_file_record(f: io.BufferedIOBase, source: str, policy: RecordPolicy) 
 
 
 def _iter_lines(
-    f: io.BufferedIOBase, start: int, end: int | None, limit: int
+    f: io.BufferedIOBase, start: int, end: int | None, limit: int, *, at: tuple[int, int] | None = None
 ) -> Iterator[tuple[int, int | None, bytes | None, int]]:
     """(offset, line number, line without its newline, its size) of every line the range owns; the line is None
-    when it holds more than `limit` bytes (it was read past, never held whole)."""
+    when it holds more than `limit` bytes (it was read past, never held whole). `at`: (offset, line number) of
+    the range's first line, where `f` already is (compressed text, _skip_text)."""
     pos = start
-    if start > 0:
+    if at is not None:
+        pos, line_no = at
+    elif start > 0:
         f.seek(start - 1)
         pos = start - 1 + _skip_line(f)[0]  # skip the line that began in the previous range
-    line_no = 1 if start == 0 else None
+    if at is None:
+        line_no = 1 if start == 0 else None
     while end is None or pos < end:
         record_at = pos
         raw, n, size = _read_line(f, limit + _LINE_SLACK)
@@ -297,6 +348,28 @@ def _read_line(f: io.BufferedIOBase, most: int) -> tuple[bytes | None, int, int]
         return raw, len(raw), len(raw)
     n, newline = _skip_line(f)
     return None, len(raw) + n, len(raw) + n - newline
+
+
+def _skip_text(f: io.BufferedIOBase, start: int) -> tuple[int, int, int] | None:
+    """Read past the text before `start` and the line that began there: (offset and line number of the first
+    line starting at or after `start`, offset of the line before it), where `f` now is. None when the text ends
+    first, or cannot be read: an earlier unit, reading that text, reports it (a read error is reported once)."""
+    pos, lines, last_start = 0, 0, 0
+    try:
+        while pos < start - 1:
+            chunk = f.read(min(_CHUNK, start - 1 - pos))
+            if not chunk:
+                return None
+            if (nl := chunk.rfind(b"\n")) >= 0:
+                lines += chunk.count(b"\n")
+                last_start = pos + nl + 1
+            pos += len(chunk)
+        n, newline = _skip_line(f)  # the line that began before the range is the previous unit's
+    except (OSError, EOFError, ValueError):
+        return None
+    if not newline:
+        return None
+    return pos + n, lines + 2, last_start
 
 
 def _skip_line(f: io.BufferedIOBase) -> tuple[int, int]:

@@ -4,7 +4,8 @@ A file's size and mtime do not prove its content unchanged (`touch -r`, a copy t
 times, a filesystem with coarse mtimes), so each encoded unit records the xxh3-128 of the
 bytes its reading depends on, and a resumed run reuses it only if they hash the same now:
 
-    whole file (compressed, .txt per file, small .jsonl)   every byte
+    whole file (compressed, .txt per file, small .jsonl)   every byte (a compressed file's range too:
+                                                           its text is read from the file's start)
     byte range [start, end) of a line file                 from start - 1 (which line the range
                                                            begins with) to the end of the line
                                                            holding byte end - 1 (the last it owns)
@@ -32,7 +33,7 @@ def unit_input_hash(unit: WorkUnit) -> str:
             for start, length in _parquet_spans(f, unit):
                 f.seek(start)
                 _copy(f, h, length)
-        elif unit.start == 0 and unit.end is None:
+        elif unit.compression is not None or (unit.start == 0 and unit.end is None):
             _copy(f, h, None)
         else:
             first = max(unit.start - 1, 0)
