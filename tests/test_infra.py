@@ -100,6 +100,22 @@ def test_flink_script_builds_a_valid_command(tmp_path):
     assert opts.view_as(PortableOptions).environment_config == "img:1"
 
 
+def test_dask_script_builds_a_valid_command(tmp_path):
+    from hbpe.pipeline.beam.options import DASK, choose_runner
+
+    argv = _script_command(tmp_path, "dask.sh", "sched:8786", "s3://b/tok", "s3://b/c/*.jsonl.zst", "s3://b/shards")
+    assert _check_convert_command(argv) == [f"--runner={DASK}"]  # no Beam option
+    params = _convert_params(argv)
+    choice = choose_runner(params["runner"], [], output="s3://b/shards", files=[], dask_address=params["dask_address"])
+    assert (choice.name, choice.dask_address) == (DASK, "tcp://sched:8786")
+
+
+def _convert_params(argv: list[str]) -> dict:
+    from hbpe.cli_data import convert
+
+    return convert.make_context("convert", argv[1:]).params
+
+
 def test_dockerfile_matches_the_launcher_and_the_package():
     """The SDK image is the installed apache-beam's (the harness must match the launcher), and every
     folder pyproject maps into the hbpe package is copied into the image."""
