@@ -134,6 +134,10 @@ def check_pipeline_args(args: Sequence[str], *, hbpe_options: Iterable[str] = ()
         return
     from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
+    if any(a.startswith("--dask_") for a in args):  # Beam's DaskRunner declares its options in its own module
+        with contextlib.suppress(ImportError):
+            import apache_beam.runners.dask.dask_runner  # noqa: F401
+
     # the parser Beam's get_all_options builds, so "known" means exactly what Beam will read
     parser = _BeamArgumentParser(allow_abbrev=False)
     for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():

@@ -109,3 +109,10 @@ def test_cli_local_cluster_exits_cleanly(tmp_path, gpt2_tokenizer_dir, corpus, r
     for noise in ("Traceback", "CommClosedError", "Restarting worker", "distributed."):
         assert noise not in both, both
     assert json.loads((out / "manifest.json").read_bytes())["counts"]["documents_rejected"] == 10
+
+
+def test_beam_dask_runner_options_are_known():
+    """Beam's own DaskRunner (by its path) registers its options only once imported: hbpe's check imports it."""
+    from hbpe.pipeline.beam.options import check_pipeline_args
+
+    check_pipeline_args(["--runner=apache_beam.runners.dask.dask_runner.DaskRunner", "--dask_client_address=tcp://h:1"])
