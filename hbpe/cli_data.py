@@ -135,7 +135,8 @@ _DATA_HELP = "Shard directory from `hbpe convert`."
 @click.option(
     "--dask-address",
     default=None,
-    help="With --runner DaskRunner: the Dask scheduler (tcp://host:8786); default a LocalCluster on this machine.",
+    show_default="a LocalCluster on this machine",
+    help="With --runner DaskRunner: the Dask scheduler (tcp://host:8786).",
 )
 @json_option("the manifest")
 @click.pass_context
