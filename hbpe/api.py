@@ -116,11 +116,15 @@ def convert(
     resume: bool = False,
     runner: str = "auto",
     workers: int | None = None,
+    dask_address: str | None = None,
     progress: bool = False,
     beam_args: Sequence[str] = (),
     **options: Any,
 ) -> dict[str, Any]:
     """Corpus files, directories or globs -> MDS shards in `out`; returns the manifest.
+
+    `runner="DaskRunner"` runs on the Dask scheduler at `dask_address` ("tcp://host:8786"), or on a
+    LocalCluster of `workers` processes.
 
     `options` are the other fields of `ConvertConfig` (`tail`, `excludes`, `text_field`, ...);
     `beam_args` Beam's own options, a list (`["--runner=DataflowRunner", ...]`): a str is refused, not split,
@@ -144,7 +148,10 @@ def convert(
     cfg = ConvertConfig(
         inputs=tuple(str(p) for p in paths), output=out, tokenizer=tokenizer, seq_len=seq_len, **options
     )
-    return run_convert(cfg, args, overwrite=overwrite, resume=resume, runner=runner, workers=workers, progress=progress)
+    return run_convert(
+        cfg, args, overwrite=overwrite, resume=resume, runner=runner, workers=workers, dask_address=dask_address,
+        progress=progress,
+    )  # fmt: skip
 
 
 @_checked_call
