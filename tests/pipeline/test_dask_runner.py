@@ -33,6 +33,9 @@ def cluster():
         yield c.scheduler_address, client
 
 
+UNITS = 18  # the corpus's: e.jsonl's 14 ranges and the 4 files of bad_inputs
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """Bad records of every kind beside a plain file of 14 byte-range units (split_bytes 64 KiB)."""
@@ -73,6 +76,7 @@ def test_a_worker_killed_mid_run_is_survived(cluster, tmp_path, gpt2_tokenizer_d
     """SIGKILL one worker once the first unit is committed: Dask runs its tasks again on the other (and on the
     worker its nanny restarts), and the output is the same bytes."""
     address, client = cluster
+    victim = next(iter(client.run(os.getpid).values()))
     out = tmp_path / "out"
     box: dict = {}
     run = threading.Thread(
@@ -82,15 +86,13 @@ def test_a_worker_killed_mid_run_is_survived(cluster, tmp_path, gpt2_tokenizer_d
     run.start()
     units = out / ".hbpe-staging" / "units"
     deadline = time.monotonic() + 120
-    while not any(units.glob("*.json")) if units.is_dir() else True:
+    while not (done_at_kill := len(list(units.glob("*.json"))) if units.is_dir() else 0):
         assert run.is_alive() and time.monotonic() < deadline, "the conversion ended before a unit was committed"
-        time.sleep(0.01)
-    victim = next(iter(client.run(os.getpid).values()))
+        time.sleep(0.005)
     os.kill(victim, signal.SIGKILL)
-    done_at_kill = len(list(units.glob("*.json")))
     run.join(timeout=300)
     assert "m" in box, "the conversion did not finish"
-    assert done_at_kill < 14, "every unit was done before the kill"
+    assert done_at_kill < UNITS, "every unit was done before the kill"
     assert without_timing(dir_bytes(out)) == reference[1]
 
 
