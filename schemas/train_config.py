@@ -4,22 +4,20 @@ Every field is checked against its annotation whenever a config is built (from Y
 `key=value` overrides, or in code), so a mistake is one ConfigError naming the key, the
 value, the expected type and an example, e.g.
 `optim.lr: got 'abc' (a string), expected a finite number; e.g. optim.lr=0.001`,
-not a TypeError deep inside Composer. The checks follow the annotations, so a new field is
-checked without new code: ints are accepted for floats (and made floats), lists for tuples,
-and bools are never ints. Local paths are checked where a config is loaded
+not a TypeError deep inside Composer. The checks follow the annotations (schemas/config_check.py),
+so a new field is checked without new code; this module holds the sections, their choices and
+ranges, and the examples the messages give. Local paths are checked where a config is loaded
 (training/train/config_io.py), not here: Composer's launcher ranks parse the same config.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
-import math
 import re
-import types
-from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dataclass
-from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
 
+from hbpe.schemas.config_check import Section, check_choice, check_range, fail, scalar, show
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.locations import SUPPORTED_SCHEMES, check_location, check_output_prefix, is_uri
 
@@ -73,8 +71,6 @@ _BYTE_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 4
 _BYTES = re.compile(r"(\d+(?:\.\d+)?)\s*(" + "|".join(_BYTE_UNITS) + ")", re.IGNORECASE)
 # Composer's seeds are numpy's: 0 <= seed < 2**32 (composer.utils.reproducibility.seed_all)
 MAX_SEED = 2**32 - 1
-# PyYAML reads `3e-4` (no dot) as a string; a float field takes such text as the number it spells
-_FLOAT_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?", re.IGNORECASE)
 
 # Examples for fields whose default does not make one (empty, null, or a whole section)
 _EXAMPLES = {
@@ -110,145 +106,17 @@ _EXAMPLES = {
 }
 
 
-class _Mismatch(Exception):
-    """A value does not fit a type annotation (turned into a ConfigError that names the key)."""
+class _Section(Section):
+    """A section of the training config: checked by schemas/config_check.py, with the examples above."""
 
-
-def _convert(value: Any, tp: Any) -> Any:
-    """`value` as annotation `tp` (int -> float, list -> tuple, dict -> section), or raise _Mismatch."""
-    origin, args = get_origin(tp), get_args(tp)
-    if tp is Any:
-        return value
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        for a in args:
-            if a is not type(None):
-                try:
-                    return _convert(value, a)
-                except _Mismatch:
-                    pass
-        raise _Mismatch
-    if tp is bool or tp is str:
-        if isinstance(value, tp):
-            return value
-        raise _Mismatch
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):  # True is an int to Python, not to a config
-            return value
-        raise _Mismatch
-    if tp is float:
-        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not (numeric or (isinstance(value, str) and _FLOAT_TEXT.fullmatch(value.strip()))):
-            raise _Mismatch
-        number = float(value)
-        if not math.isfinite(number):  # .inf / nan would poison the optimizer silently
-            raise _Mismatch
-        return number
-    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: a list of any length
-        if not isinstance(value, (list, tuple)):
-            raise _Mismatch
-        return tuple(_convert_item(v, args[0], i) for i, v in enumerate(value))
-    if origin is tuple:
-        if isinstance(value, (list, tuple)) and len(value) == len(args) and Ellipsis not in args:
-            return tuple(_convert(v, a) for v, a in zip(value, args))
-        raise _Mismatch
-    if tp is dict or origin is dict:
-        if isinstance(value, dict):
-            return value
-        raise _Mismatch
-    if isinstance(tp, type) and is_dataclass(tp):
-        if isinstance(value, tp):
-            return value
-        if isinstance(value, dict):
-            return tp.from_dict(value)  # type: ignore[attr-defined]  # its own messages name its keys
-        raise _Mismatch
-    raise _Mismatch
-
-
-def _convert_item(value: Any, tp: Any, index: int) -> Any:
-    """Item `index` of a list field; a section's own messages then name it `data.streams[1].proportion`."""
-    try:
-        return _convert(value, tp)
-    except ConfigError as e:
-        section = getattr(tp, "_section", "")
-        if not section:
-            raise
-        raise ConfigError(str(e).replace(f"{section}.", f"{section}[{index}].")) from None
-
-
-def _expected(tp: Any) -> str:
-    origin, args = get_origin(tp), get_args(tp)
-    if origin in (Union, types.UnionType):
-        return " or ".join(_expected(a) for a in args)
-    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        item = args[0]
-        if isinstance(item, type) and is_dataclass(item):
-            return f"a list of sections with keys {', '.join(f.name for f in fields(item))}"
-        return f"a list of {_expected(item)}"
-    names = {type(None): "null", bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
-    if tp in names:
-        return names[tp]
-    if origin is tuple:
-        return f"a list of {len(args)} numbers" if set(args) <= {int, float} else f"a list of {len(args)} items"
-    if tp is dict or origin is dict:
-        return "a mapping"
-    if isinstance(tp, type) and is_dataclass(tp):
-        return f"a section with keys {', '.join(f.name for f in fields(tp))}"
-    return str(tp)
-
-
-def _kind(value: Any) -> str:
-    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", type(None): "null"}
-    if type(value) in kinds:
-        return kinds[type(value)]
-    if isinstance(value, (list, tuple)):
-        return f"a list of {len(value)}"
-    return "a mapping" if isinstance(value, dict) else type(value).__name__
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _scalar(value: Any) -> str:
-    """A value as it is written on the command line (`key=value`, parsed as YAML)."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_scalar(v) for v in value) + "]"
-    return str(value)
-
-
-def _example(cls: type, f: Field, tp: Any) -> str:
-    key = cls._key(f.name)  # type: ignore[attr-defined]
-    if key in _EXAMPLES:
-        return _EXAMPLES[key]
-    if isinstance(tp, type) and is_dataclass(tp):
-        first = fields(tp)[0]
-        return _example(tp, first, _hints(tp)[first.name])
-    default = f.default if f.default is not MISSING else None
-    if default is None or default == "":
-        inner = [a for a in get_args(tp) if a is not type(None)] or [tp]
-        default = {int: 1, float: 0.5, bool: True}.get(inner[0], "TEXT")
-    return f"{key}={_scalar(default)}"
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls)  # resolves the string annotations of `from __future__ import annotations`
-
-
-def _fail(key: str, value: Any, expected: str, example: str) -> ConfigError:
-    return ConfigError(f"{key}: got {_show(value)} ({_kind(value)}), expected {expected}; e.g. {example}")
+    _examples = _EXAMPLES
 
 
 def _check_time(key: str, value: Any, example: str, *, zero_ok: bool = False, fraction_ok: bool = True) -> None:
     """A Composer time string (`100ba`, `2ep`, `1000sp`, `1e6tok`, `0.1dur`), as composer.core.Time reads it."""
     m = _TIME.fullmatch(value) if isinstance(value, str) else None
     if m is None:
-        raise _fail(key, value, f"a Composer time string: a number and a unit ({', '.join(TIME_UNITS)})", example)
+        raise fail(key, value, f"a Composer time string: a number and a unit ({', '.join(TIME_UNITS)})", example)
     number, unit = float(m.group(1)), m.group(2).lower()
     if unit == "dur":
         if not fraction_ok:
@@ -273,59 +141,6 @@ def _time_unit(value: str, max_unit: str) -> str:
     if unit == "dur":
         unit = max_unit
     return "ba" if unit == "ep" else unit
-
-
-def _check_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{key}: got {_show(value)}, expected one of {', '.join(choices)}; e.g. {key}={choices[0]}")
-
-
-def _check_range(key: str, ok: bool, value: Any, rule: str, example: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}={_scalar(value)}: {rule}; e.g. {example}")
-
-
-class _Section:
-    """What the config dataclasses share: built from a mapping, every field checked against its annotation."""
-
-    _section: ClassVar[str] = ""  # prefix of this section's keys in messages: "data" -> "data.train"
-
-    @classmethod
-    def _key(cls, name: str) -> str:
-        return f"{cls._section}.{name}" if cls._section else name
-
-    @classmethod
-    def from_dict(cls, d: Any) -> Self:
-        """A mapping (parsed YAML) -> the dataclass; unknown keys and wrong types are one ConfigError each."""
-        if not isinstance(d, dict):
-            raise ConfigError(f"the config must be a mapping of keys, got {_show(d)} ({_kind(d)})")
-        known = [f.name for f in fields(cls)]  # type: ignore[arg-type]
-        unknown = [k for k in d if k not in known]
-        if unknown:
-            where = f" in {cls._section}" if cls._section else ""
-            shown = sorted(cls._key(str(k)) for k in unknown)
-            near = difflib.get_close_matches(str(unknown[0]), known, n=1)
-            hint = f" (did you mean {cls._key(near[0])}?)" if near else ""
-            raise ConfigError(f"unknown config keys {shown}{hint}; known{where}: {sorted(known)}")
-        return cls(**d)
-
-    def _check_fields(self) -> None:
-        """Each field against its annotation; a coerced value (int -> float, list -> tuple) replaces the given one."""
-        cls, hints = type(self), _hints(type(self))
-        for f in fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            try:
-                converted = _convert(value, hints[f.name])
-            except _Mismatch:
-                raise _fail(
-                    cls._key(f.name), value, _expected(hints[f.name]), _example(cls, f, hints[f.name])
-                ) from None
-            if converted is not value:
-                object.__setattr__(self, f.name, converted)  # frozen dataclass: set once, while it is being built
-
-    def _example_of(self, name: str) -> str:
-        f = next(f for f in fields(self) if f.name == name)  # type: ignore[arg-type]
-        return _example(type(self), f, _hints(type(self))[name])
 
 
 # Upper bounds of ModelConfig's sizes: far beyond any model hbpe trains (the largest published transformers
@@ -392,9 +207,9 @@ class ModelConfig(_Section):
         self._check_fields()
         for name, limit in MODEL_SIZE_LIMITS.items():  # at least a layer, a width and a head; at most the limit
             value = getattr(self, name)
-            _check_range(f"model.{name}", value >= 1, value, "must be at least 1", self._example_of(name))
+            check_range(f"model.{name}", value >= 1, value, "must be at least 1", self._example_of(name))
             # an hbpe_model.json or hbpe_run.json is untrusted: a size is refused before any tensor is allocated
-            _check_range(f"model.{name}", value <= limit, value, f"must be at most {limit}", self._example_of(name))
+            check_range(f"model.{name}", value <= limit, value, f"must be at most {limit}", self._example_of(name))
         for name, heads in (("latent_dim", self.latent_heads), ("local_dim", self.local_heads)):
             dim = getattr(self, name)
             if dim % heads or (dim // heads) % 2:  # RoPE rotates pairs of channels within a head
@@ -402,13 +217,13 @@ class ModelConfig(_Section):
                     f"model.{name}={dim} must split into an even head size over {heads} heads; "
                     f"e.g. model.{name}={heads * max(2, dim // heads + (dim // heads) % 2)}"
                 )
-        _check_choice("model.pooling", self.pooling, ("mean", "eop"))
-        _check_choice("model.conditioning", self.conditioning, ("prefix", "add"))
-        _check_choice("model.io", self.io, IO_SCHEMES)
-        _check_choice("model.patch_boundaries", self.patch_boundaries, PATCH_BOUNDARIES)
-        _check_choice("model.local_layout", self.local_layout, LOCAL_LAYOUTS)
+        check_choice("model.pooling", self.pooling, ("mean", "eop"))
+        check_choice("model.conditioning", self.conditioning, ("prefix", "add"))
+        check_choice("model.io", self.io, IO_SCHEMES)
+        check_choice("model.patch_boundaries", self.patch_boundaries, PATCH_BOUNDARIES)
+        check_choice("model.local_layout", self.local_layout, LOCAL_LAYOUTS)
         b = self.hash_ngram_buckets
-        _check_range(
+        check_range(
             "model.hash_ngram_buckets", 0 <= b <= MAX_HASH_BUCKETS, b, f"must be in 0..{MAX_HASH_BUCKETS}",
             "model.hash_ngram_buckets=82000",
         )  # fmt: skip
@@ -430,11 +245,11 @@ class ModelConfig(_Section):
                     "patch length to choose the threshold for); e.g. model.entropy_target_bytes=4.5"
                 )
         t = self.entropy_target_bytes
-        _check_range(
+        check_range(
             "model.entropy_target_bytes", t is None or t >= 1, t, "must be >= 1", "model.entropy_target_bytes=4.5"
         )
-        _check_range("model.dropout", 0 <= self.dropout < 1, self.dropout, "must be in [0, 1)", "model.dropout=0.1")
-        _check_range("model.rope_theta", self.rope_theta > 0, self.rope_theta, "must be > 0", "model.rope_theta=10000")
+        check_range("model.dropout", 0 <= self.dropout < 1, self.dropout, "must be in [0, 1)", "model.dropout=0.1")
+        check_range("model.rope_theta", self.rope_theta > 0, self.rope_theta, "must be > 0", "model.rope_theta=10000")
 
 
 # The paper's sizes (latent / local), SPEC section 1; `tiny` trains on 2 CPU cores in minutes.
@@ -471,7 +286,7 @@ def model_config(size: str = "tiny", **overrides: Any) -> ModelConfig:
 
 
 def _model_config(size: str, overrides: dict[Any, Any]) -> ModelConfig:
-    _check_choice("model_size", size, tuple(MODEL_SIZES))
+    check_choice("model_size", size, tuple(MODEL_SIZES))
     return ModelConfig.from_dict({**MODEL_SIZES[size], **overrides})  # unknown keys are named as model.KEY
 
 
@@ -517,13 +332,13 @@ class StreamConfig(_Section):
         given = [name for name in ("proportion", "repeat", "choose") if getattr(self, name) is not None]
         if len(given) > 1:
             raise ConfigError(
-                f"data.streams.{given[1]}={_scalar(getattr(self, given[1]))}: the stream {self.remote} is already "
+                f"data.streams.{given[1]}={scalar(getattr(self, given[1]))}: the stream {self.remote} is already "
                 f"weighed by {given[0]}; streaming's Stream takes one of proportion, repeat, choose; "
                 f"e.g. {self._example_of(given[0])}"
             )
         for name in given:
             value = getattr(self, name)
-            _check_range(f"data.streams.{name}", value > 0, value, "must be > 0", self._example_of(name))
+            check_range(f"data.streams.{name}", value > 0, value, "must be > 0", self._example_of(name))
 
     @property
     def relative(self) -> bool:
@@ -574,18 +389,18 @@ class DataConfig(_Section):
         for name in ("train", "eval", "tokenizer", "cache_dir"):
             object.__setattr__(self, name, _local_or_uri(f"data.{name}", getattr(self, name)))
         m = self.max_patch_size
-        _check_range("data.max_patch_size", m is None or m >= 2, m, "S must be at least 2", "data.max_patch_size=8")
+        check_range("data.max_patch_size", m is None or m >= 2, m, "S must be at least 2", "data.max_patch_size=8")
         if self.mode is not None:
-            _check_choice("data.mode", self.mode, ("full", "minimal"))
+            check_choice("data.mode", self.mode, ("full", "minimal"))
         seed = self.shuffle_seed
-        _check_range(
+        check_range(
             "data.shuffle_seed", 0 <= seed <= MAX_SEED, seed, f"must be in 0..{MAX_SEED}", "data.shuffle_seed=17"
         )
-        _check_range("data.num_workers", self.num_workers >= 0, self.num_workers, "must be >= 0", "data.num_workers=2")
+        check_range("data.num_workers", self.num_workers >= 0, self.num_workers, "must be >= 0", "data.num_workers=2")
         for name in ("num_canonical_nodes", "predownload", "shuffle_block_size", "epoch_size", "eval_samples"):
             value = getattr(self, name)
-            _check_range(f"data.{name}", value is None or value >= 1, value, "must be >= 1", self._example_of(name))
-        _check_choice("data.shuffle_algo", self.shuffle_algo, SHUFFLE_ALGOS)
+            check_range(f"data.{name}", value is None or value >= 1, value, "must be >= 1", self._example_of(name))
+        check_choice("data.shuffle_algo", self.shuffle_algo, SHUFFLE_ALGOS)
         self._check_cache_limit()
         self._check_streams()
 
@@ -596,10 +411,10 @@ class DataConfig(_Section):
             limit = byte_count(self.cache_limit)
         except ValueError:
             raise ConfigError(
-                f"data.cache_limit: got {_show(self.cache_limit)}, expected bytes or a size with a unit "
+                f"data.cache_limit: got {show(self.cache_limit)}, expected bytes or a size with a unit "
                 f"({', '.join(_BYTE_UNITS)}); e.g. data.cache_limit=10gb"
             ) from None
-        _check_range("data.cache_limit", limit >= 1, self.cache_limit, "must be > 0", "data.cache_limit=10gb")
+        check_range("data.cache_limit", limit >= 1, self.cache_limit, "must be > 0", "data.cache_limit=10gb")
 
     def _check_streams(self) -> None:
         """data.train or data.streams, and weights streaming can apply (its Stream.validate_weights)."""
@@ -679,17 +494,17 @@ class OptimConfig(_Section):
         # before the type check, so `optim.warmup=10` is told about units rather than "expected a string"
         _check_time("optim.warmup", self.warmup, "optim.warmup=10ba", zero_ok=True)
         self._check_fields()
-        _check_range("optim.lr", self.lr > 0, self.lr, "must be > 0", "optim.lr=3.0e-4")
+        check_range("optim.lr", self.lr > 0, self.lr, "must be > 0", "optim.lr=3.0e-4")
         b = self.betas
-        _check_range("optim.betas", all(0 <= x < 1 for x in b), b, "each must be in [0, 1)", "optim.betas=[0.9,0.95]")
-        _check_range("optim.eps", self.eps > 0, self.eps, "must be > 0", "optim.eps=1.0e-8")
+        check_range("optim.betas", all(0 <= x < 1 for x in b), b, "each must be in [0, 1)", "optim.betas=[0.9,0.95]")
+        check_range("optim.eps", self.eps > 0, self.eps, "must be > 0", "optim.eps=1.0e-8")
         wd = self.weight_decay
-        _check_range("optim.weight_decay", wd >= 0, wd, "must be >= 0", "optim.weight_decay=0.1")
-        _check_choice("optim.schedule", self.schedule, ("cosine", "constant"))
-        _check_choice("optim.loss_normalization", self.loss_normalization, LOSS_NORMALIZATIONS)
-        _check_range("optim.alpha_f", 0 <= self.alpha_f <= 1, self.alpha_f, "must be in [0, 1]", "optim.alpha_f=0.1")
+        check_range("optim.weight_decay", wd >= 0, wd, "must be >= 0", "optim.weight_decay=0.1")
+        check_choice("optim.schedule", self.schedule, ("cosine", "constant"))
+        check_choice("optim.loss_normalization", self.loss_normalization, LOSS_NORMALIZATIONS)
+        check_range("optim.alpha_f", 0 <= self.alpha_f <= 1, self.alpha_f, "must be in [0, 1]", "optim.alpha_f=0.1")
         g = self.grad_clip_norm
-        _check_range("optim.grad_clip_norm", g >= 0, g, "must be >= 0 (0: no clipping)", "optim.grad_clip_norm=1.0")
+        check_range("optim.grad_clip_norm", g >= 0, g, "must be >= 0 (0: no clipping)", "optim.grad_clip_norm=1.0")
 
 
 @dataclass(frozen=True)
@@ -731,14 +546,14 @@ class TrainConfig(_Section):
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelConfig):  # validated once, here: every reader gets the typed section
             if not isinstance(self.model, dict):
-                raise _fail("model", self.model, "a mapping of model settings", "model.latent_layers=4")
+                raise fail("model", self.model, "a mapping of model settings", "model.latent_layers=4")
             object.__setattr__(self, "model", _model_config(self.model_size, self.model))
         # time strings first: `max_duration=100` gets the message about units, not "expected a string"
         _check_time("max_duration", self.max_duration, "max_duration=100ba", fraction_ok=False)
         for name in ("eval_interval", "save_interval", "log_interval"):
             _check_time(name, getattr(self, name), f"{name}=50ba")
         self._check_fields()
-        _check_range("seed", 0 <= self.seed <= MAX_SEED, self.seed, f"must be in 0..{MAX_SEED}", "seed=17")
+        check_range("seed", 0 <= self.seed <= MAX_SEED, self.seed, f"must be in 0..{MAX_SEED}", "seed=17")
         if self.load_path and self.load_path.startswith("file://"):
             object.__setattr__(self, "load_path", self.load_path[len("file://") :])
         self._check_warmup_unit()
@@ -746,19 +561,19 @@ class TrainConfig(_Section):
             raise ConfigError(f"global_batch_size must be >= 1, got {self.global_batch_size}; e.g. global_batch_size=8")
         micro = self.device_microbatch_size
         if micro != "auto" and not (isinstance(micro, int) and micro >= 1):
-            raise _fail("device_microbatch_size", micro, "'auto' or an integer >= 1", "device_microbatch_size=4")
-        _check_choice("precision", self.precision, PRECISIONS)
-        _check_choice("device", self.device, DEVICES)
+            raise fail("device_microbatch_size", micro, "'auto' or an integer >= 1", "device_microbatch_size=4")
+        check_choice("precision", self.precision, PRECISIONS)
+        check_choice("device", self.device, DEVICES)
         if self.device == "cpu" and self.precision not in ("auto", "fp32"):
             raise ConfigError(
                 f"precision={self.precision} needs a GPU (Composer trains fp32 on CPU); with device=cpu use precision=fp32"
             )
         n = self.eval_subset_num_batches
-        _check_range("eval_subset_num_batches", n == -1 or n >= 1, n, "-1 (all) or >= 1", "eval_subset_num_batches=20")
+        check_range("eval_subset_num_batches", n == -1 or n >= 1, n, "-1 (all) or >= 1", "eval_subset_num_batches=20")
         k = self.save_num_checkpoints_to_keep
-        _check_range("save_num_checkpoints_to_keep", k >= -1, k, "-1 (all) or >= 0", "save_num_checkpoints_to_keep=3")
+        check_range("save_num_checkpoints_to_keep", k >= -1, k, "-1 (all) or >= 0", "save_num_checkpoints_to_keep=3")
         for name in ("run_name", "save_folder"):
-            _check_range(name, bool(getattr(self, name)), "''", "must not be empty", self._example_of(name))
+            check_range(name, bool(getattr(self, name)), "''", "must not be empty", self._example_of(name))
         object.__setattr__(self, "save_folder", _local_or_uri("save_folder", self.save_folder, SAVE_FOLDER_SCHEMES))
         check_output_prefix(self.save_folder, where=f"save_folder={self.save_folder}")
         if not self.data.train_sources:
@@ -777,7 +592,7 @@ class TrainConfig(_Section):
                     hint = f" (did you mean {key}.{near[0]}?)" if near else ""
                     raise ConfigError(f"unknown {key[:-1]} {key}.{name}{hint}; known: {', '.join(known)}")
                 if args is not None and not isinstance(args, dict):
-                    raise _fail(f"{key}.{name}", args, "a mapping of its arguments or null", f"{key}.{name}={{}}")
+                    raise fail(f"{key}.{name}", args, "a mapping of its arguments or null", f"{key}.{name}={{}}")
 
     def _check_warmup_unit(self) -> None:
         """Composer's warm-up schedulers need optim.warmup in max_duration's unit (even a 0 warm-up)."""
