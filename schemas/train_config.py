@@ -197,7 +197,7 @@ class ModelConfig(_Section):
     # for); "given" is BLT's setup, the paper's: the patcher gives the boundaries, the decoder predicts only bytes
     patch_boundaries: str = "eop"
     # space and entropy: BLT's hash n-gram embeddings (n = 3..8) added to the local encoder's byte embeddings,
-    # one table of this many rows per n (0: none); training/hash_ngrams.py
+    # one table of this many rows per n (0: none); training/model/hash_ngrams.py
     hash_ngram_buckets: int = 0
     # the local models' positions (training/model/packing.py): "packed" computes the real symbols of each patch
     # only; "padded" all S of every patch, PAD included (the paper's layout; the same function and weights)

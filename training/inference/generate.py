@@ -171,7 +171,7 @@ class _Row:
 
 
 def _choose(logits: torch.Tensor, sampling: Sampling, gen: torch.Generator) -> int:
-    """The next symbol from logits (V,) with PAD already excluded: argmax, or a draw (training/sampling.py)."""
+    """The next symbol from logits (V,) with PAD already excluded: argmax, or a draw (training/inference/sampling.py)."""
     return sampling.choose(logits, gen)
 
 
@@ -225,7 +225,7 @@ def generate_batch(
     """Continue every prompt, `batch_size` of them decoded together; one Generation per prompt, in order.
 
     Greedy by default (temperature 0: the most likely symbol); with a temperature, a draw from the
-    top_k most likely symbols and the top_p nucleus (training/sampling.py). A prompt's generation ends
+    top_k most likely symbols and the top_p nucleus (training/inference/sampling.py). A prompt's generation ends
     at the first stop string its generated text contains, which is left out of `text` (`stopped` is
     "stop" and `stop` names it); a stop string is never matched inside the prompt.
 

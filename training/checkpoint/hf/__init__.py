@@ -7,6 +7,6 @@
 They are copied verbatim and loaded by `transformers` with `trust_remote_code=True` from the export
 folder, where hbpe may not be installed: they import only the standard library, numpy, torch,
 tiktoken and transformers (and each other, relatively), never `hbpe`. Their math is a copy of
-training/layers.py, local_models.py and the tokenizer's table gather, held equal by
+training/model/layers.py, local_models.py and the tokenizer's table gather, held equal by
 tests/training/test_hf_export.py (logits, BPB, tokens, patches against hbpe's own).
 """

@@ -9,7 +9,7 @@ of T first-stage tokens, PAD(257)-padded to S, exactly what hbpe trains on (Hbpe
 `patches` gives them). Its output `logits` (B, T-1, S, V') are, for t = 1..T-1, the distributions
 of the S symbols of patch t+1 given patches 1..t and the symbols of patch t+1 before each.
 
-Shipped verbatim in `hbpe export --format hf` folders: a copy of hbpe's training/layers.py and
+Shipped verbatim in `hbpe export --format hf` folders: a copy of hbpe's training/model/layers.py and
 local_models.py that imports only torch and transformers (training/checkpoint/hf/__init__.py). Parameter
 names equal hbpe's, so one model.safetensors serves `hbpe eval` and transformers.
 """
