@@ -12,10 +12,8 @@ from typing import Any
 from hbpe.pipeline.parent_watch import exit_with_parent
 from hbpe.schemas.errors import HbpeError, debug_traceback, internal_error_line, one_line, os_problem
 from hbpe.training.train.config_io import load_config
+from hbpe.training.train.launch_command import RESULT_FILE_ENV
 from hbpe.training.train.trainer import train
-
-# where rank 0 writes the result as JSON (set by `hbpe train --nproc N`); unset: an `HBPE_RESULT {json}` line
-RESULT_FILE_ENV = "HBPE_RESULT_FILE"
 
 
 def _internal_error(e: BaseException) -> None:
