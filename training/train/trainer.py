@@ -263,12 +263,12 @@ def build_run(
     config_callbacks = build_callbacks(cfg.callbacks)
     device, world = _start(cfg, save_enabled=save_enabled)
     device_batch = cfg.global_batch_size // world
-    tok, derived = resolve_tokenizer(cfg)
+    # read once: S here, seq_len and the epoch's samples below, shard checks in the loader
+    train_manifests = [read_manifest(src) for src in cfg.data.train_sources]
+    tok, derived = resolve_tokenizer(cfg, train_manifests)
     cfg, entropy_model = resolve_entropy_threshold(cfg, tok)
     if save_enabled:
         check_resume_matches(cfg, tok)
-    # read once: seq_len and the epoch's samples here, shard checks in the loader
-    train_manifests = [read_manifest(src) for src in cfg.data.train_sources]
     check_samples(cfg, epoch_samples(train_streams(cfg, train_manifests), cfg.data.epoch_size), world=world)
     check_canonical_nodes(cfg, nodes=world // dist.get_local_world_size())
     seq_len = train_manifests[0].seq_len  # the same for every stream (data.stream_source checks it)
