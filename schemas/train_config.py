@@ -17,7 +17,13 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from hbpe.schemas.config_check import Section, check_choice, check_range, fail, scalar, show
+# the generic checks, under the private names this module's sections have always called them by
+from hbpe.schemas.config_check import Section
+from hbpe.schemas.config_check import check_choice as _check_choice
+from hbpe.schemas.config_check import check_range as _check_range
+from hbpe.schemas.config_check import fail as _fail
+from hbpe.schemas.config_check import scalar as _scalar
+from hbpe.schemas.config_check import show as _show
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.locations import SUPPORTED_SCHEMES, check_location, check_output_prefix, is_uri
 
@@ -106,17 +112,11 @@ _EXAMPLES = {
 }
 
 
-class _Section(Section):
-    """A section of the training config: checked by schemas/config_check.py, with the examples above."""
-
-    _examples = _EXAMPLES
-
-
 def _check_time(key: str, value: Any, example: str, *, zero_ok: bool = False, fraction_ok: bool = True) -> None:
     """A Composer time string (`100ba`, `2ep`, `1000sp`, `1e6tok`, `0.1dur`), as composer.core.Time reads it."""
     m = _TIME.fullmatch(value) if isinstance(value, str) else None
     if m is None:
-        raise fail(key, value, f"a Composer time string: a number and a unit ({', '.join(TIME_UNITS)})", example)
+        raise _fail(key, value, f"a Composer time string: a number and a unit ({', '.join(TIME_UNITS)})", example)
     number, unit = float(m.group(1)), m.group(2).lower()
     if unit == "dur":
         if not fraction_ok:
@@ -141,6 +141,12 @@ def _time_unit(value: str, max_unit: str) -> str:
     if unit == "dur":
         unit = max_unit
     return "ba" if unit == "ep" else unit
+
+
+class _Section(Section):
+    """A section of the training config: checked by schemas/config_check.py, with the examples of _EXAMPLES."""
+
+    _examples = _EXAMPLES
 
 
 # Upper bounds of ModelConfig's sizes: far beyond any model hbpe trains (the largest published transformers
@@ -207,9 +213,9 @@ class ModelConfig(_Section):
         self._check_fields()
         for name, limit in MODEL_SIZE_LIMITS.items():  # at least a layer, a width and a head; at most the limit
             value = getattr(self, name)
-            check_range(f"model.{name}", value >= 1, value, "must be at least 1", self._example_of(name))
+            _check_range(f"model.{name}", value >= 1, value, "must be at least 1", self._example_of(name))
             # an hbpe_model.json or hbpe_run.json is untrusted: a size is refused before any tensor is allocated
-            check_range(f"model.{name}", value <= limit, value, f"must be at most {limit}", self._example_of(name))
+            _check_range(f"model.{name}", value <= limit, value, f"must be at most {limit}", self._example_of(name))
         for name, heads in (("latent_dim", self.latent_heads), ("local_dim", self.local_heads)):
             dim = getattr(self, name)
             if dim % heads or (dim // heads) % 2:  # RoPE rotates pairs of channels within a head
@@ -217,13 +223,13 @@ class ModelConfig(_Section):
                     f"model.{name}={dim} must split into an even head size over {heads} heads; "
                     f"e.g. model.{name}={heads * max(2, dim // heads + (dim // heads) % 2)}"
                 )
-        check_choice("model.pooling", self.pooling, ("mean", "eop"))
-        check_choice("model.conditioning", self.conditioning, ("prefix", "add"))
-        check_choice("model.io", self.io, IO_SCHEMES)
-        check_choice("model.patch_boundaries", self.patch_boundaries, PATCH_BOUNDARIES)
-        check_choice("model.local_layout", self.local_layout, LOCAL_LAYOUTS)
+        _check_choice("model.pooling", self.pooling, ("mean", "eop"))
+        _check_choice("model.conditioning", self.conditioning, ("prefix", "add"))
+        _check_choice("model.io", self.io, IO_SCHEMES)
+        _check_choice("model.patch_boundaries", self.patch_boundaries, PATCH_BOUNDARIES)
+        _check_choice("model.local_layout", self.local_layout, LOCAL_LAYOUTS)
         b = self.hash_ngram_buckets
-        check_range(
+        _check_range(
             "model.hash_ngram_buckets", 0 <= b <= MAX_HASH_BUCKETS, b, f"must be in 0..{MAX_HASH_BUCKETS}",
             "model.hash_ngram_buckets=82000",
         )  # fmt: skip
@@ -245,11 +251,11 @@ class ModelConfig(_Section):
                     "patch length to choose the threshold for); e.g. model.entropy_target_bytes=4.5"
                 )
         t = self.entropy_target_bytes
-        check_range(
+        _check_range(
             "model.entropy_target_bytes", t is None or t >= 1, t, "must be >= 1", "model.entropy_target_bytes=4.5"
         )
-        check_range("model.dropout", 0 <= self.dropout < 1, self.dropout, "must be in [0, 1)", "model.dropout=0.1")
-        check_range("model.rope_theta", self.rope_theta > 0, self.rope_theta, "must be > 0", "model.rope_theta=10000")
+        _check_range("model.dropout", 0 <= self.dropout < 1, self.dropout, "must be in [0, 1)", "model.dropout=0.1")
+        _check_range("model.rope_theta", self.rope_theta > 0, self.rope_theta, "must be > 0", "model.rope_theta=10000")
 
 
 # The paper's sizes (latent / local), SPEC section 1; `tiny` trains on 2 CPU cores in minutes.
@@ -286,7 +292,7 @@ def model_config(size: str = "tiny", **overrides: Any) -> ModelConfig:
 
 
 def _model_config(size: str, overrides: dict[Any, Any]) -> ModelConfig:
-    check_choice("model_size", size, tuple(MODEL_SIZES))
+    _check_choice("model_size", size, tuple(MODEL_SIZES))
     return ModelConfig.from_dict({**MODEL_SIZES[size], **overrides})  # unknown keys are named as model.KEY
 
 
@@ -332,13 +338,13 @@ class StreamConfig(_Section):
         given = [name for name in ("proportion", "repeat", "choose") if getattr(self, name) is not None]
         if len(given) > 1:
             raise ConfigError(
-                f"data.streams.{given[1]}={scalar(getattr(self, given[1]))}: the stream {self.remote} is already "
+                f"data.streams.{given[1]}={_scalar(getattr(self, given[1]))}: the stream {self.remote} is already "
                 f"weighed by {given[0]}; streaming's Stream takes one of proportion, repeat, choose; "
                 f"e.g. {self._example_of(given[0])}"
             )
         for name in given:
             value = getattr(self, name)
-            check_range(f"data.streams.{name}", value > 0, value, "must be > 0", self._example_of(name))
+            _check_range(f"data.streams.{name}", value > 0, value, "must be > 0", self._example_of(name))
 
     @property
     def relative(self) -> bool:
@@ -389,18 +395,18 @@ class DataConfig(_Section):
         for name in ("train", "eval", "tokenizer", "cache_dir"):
             object.__setattr__(self, name, _local_or_uri(f"data.{name}", getattr(self, name)))
         m = self.max_patch_size
-        check_range("data.max_patch_size", m is None or m >= 2, m, "S must be at least 2", "data.max_patch_size=8")
+        _check_range("data.max_patch_size", m is None or m >= 2, m, "S must be at least 2", "data.max_patch_size=8")
         if self.mode is not None:
-            check_choice("data.mode", self.mode, ("full", "minimal"))
+            _check_choice("data.mode", self.mode, ("full", "minimal"))
         seed = self.shuffle_seed
-        check_range(
+        _check_range(
             "data.shuffle_seed", 0 <= seed <= MAX_SEED, seed, f"must be in 0..{MAX_SEED}", "data.shuffle_seed=17"
         )
-        check_range("data.num_workers", self.num_workers >= 0, self.num_workers, "must be >= 0", "data.num_workers=2")
+        _check_range("data.num_workers", self.num_workers >= 0, self.num_workers, "must be >= 0", "data.num_workers=2")
         for name in ("num_canonical_nodes", "predownload", "shuffle_block_size", "epoch_size", "eval_samples"):
             value = getattr(self, name)
-            check_range(f"data.{name}", value is None or value >= 1, value, "must be >= 1", self._example_of(name))
-        check_choice("data.shuffle_algo", self.shuffle_algo, SHUFFLE_ALGOS)
+            _check_range(f"data.{name}", value is None or value >= 1, value, "must be >= 1", self._example_of(name))
+        _check_choice("data.shuffle_algo", self.shuffle_algo, SHUFFLE_ALGOS)
         self._check_cache_limit()
         self._check_streams()
 
@@ -411,10 +417,10 @@ class DataConfig(_Section):
             limit = byte_count(self.cache_limit)
         except ValueError:
             raise ConfigError(
-                f"data.cache_limit: got {show(self.cache_limit)}, expected bytes or a size with a unit "
+                f"data.cache_limit: got {_show(self.cache_limit)}, expected bytes or a size with a unit "
                 f"({', '.join(_BYTE_UNITS)}); e.g. data.cache_limit=10gb"
             ) from None
-        check_range("data.cache_limit", limit >= 1, self.cache_limit, "must be > 0", "data.cache_limit=10gb")
+        _check_range("data.cache_limit", limit >= 1, self.cache_limit, "must be > 0", "data.cache_limit=10gb")
 
     def _check_streams(self) -> None:
         """data.train or data.streams, and weights streaming can apply (its Stream.validate_weights)."""
@@ -494,17 +500,17 @@ class OptimConfig(_Section):
         # before the type check, so `optim.warmup=10` is told about units rather than "expected a string"
         _check_time("optim.warmup", self.warmup, "optim.warmup=10ba", zero_ok=True)
         self._check_fields()
-        check_range("optim.lr", self.lr > 0, self.lr, "must be > 0", "optim.lr=3.0e-4")
+        _check_range("optim.lr", self.lr > 0, self.lr, "must be > 0", "optim.lr=3.0e-4")
         b = self.betas
-        check_range("optim.betas", all(0 <= x < 1 for x in b), b, "each must be in [0, 1)", "optim.betas=[0.9,0.95]")
-        check_range("optim.eps", self.eps > 0, self.eps, "must be > 0", "optim.eps=1.0e-8")
+        _check_range("optim.betas", all(0 <= x < 1 for x in b), b, "each must be in [0, 1)", "optim.betas=[0.9,0.95]")
+        _check_range("optim.eps", self.eps > 0, self.eps, "must be > 0", "optim.eps=1.0e-8")
         wd = self.weight_decay
-        check_range("optim.weight_decay", wd >= 0, wd, "must be >= 0", "optim.weight_decay=0.1")
-        check_choice("optim.schedule", self.schedule, ("cosine", "constant"))
-        check_choice("optim.loss_normalization", self.loss_normalization, LOSS_NORMALIZATIONS)
-        check_range("optim.alpha_f", 0 <= self.alpha_f <= 1, self.alpha_f, "must be in [0, 1]", "optim.alpha_f=0.1")
+        _check_range("optim.weight_decay", wd >= 0, wd, "must be >= 0", "optim.weight_decay=0.1")
+        _check_choice("optim.schedule", self.schedule, ("cosine", "constant"))
+        _check_choice("optim.loss_normalization", self.loss_normalization, LOSS_NORMALIZATIONS)
+        _check_range("optim.alpha_f", 0 <= self.alpha_f <= 1, self.alpha_f, "must be in [0, 1]", "optim.alpha_f=0.1")
         g = self.grad_clip_norm
-        check_range("optim.grad_clip_norm", g >= 0, g, "must be >= 0 (0: no clipping)", "optim.grad_clip_norm=1.0")
+        _check_range("optim.grad_clip_norm", g >= 0, g, "must be >= 0 (0: no clipping)", "optim.grad_clip_norm=1.0")
 
 
 @dataclass(frozen=True)
@@ -546,14 +552,14 @@ class TrainConfig(_Section):
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelConfig):  # validated once, here: every reader gets the typed section
             if not isinstance(self.model, dict):
-                raise fail("model", self.model, "a mapping of model settings", "model.latent_layers=4")
+                raise _fail("model", self.model, "a mapping of model settings", "model.latent_layers=4")
             object.__setattr__(self, "model", _model_config(self.model_size, self.model))
         # time strings first: `max_duration=100` gets the message about units, not "expected a string"
         _check_time("max_duration", self.max_duration, "max_duration=100ba", fraction_ok=False)
         for name in ("eval_interval", "save_interval", "log_interval"):
             _check_time(name, getattr(self, name), f"{name}=50ba")
         self._check_fields()
-        check_range("seed", 0 <= self.seed <= MAX_SEED, self.seed, f"must be in 0..{MAX_SEED}", "seed=17")
+        _check_range("seed", 0 <= self.seed <= MAX_SEED, self.seed, f"must be in 0..{MAX_SEED}", "seed=17")
         if self.load_path and self.load_path.startswith("file://"):
             object.__setattr__(self, "load_path", self.load_path[len("file://") :])
         self._check_warmup_unit()
@@ -561,19 +567,19 @@ class TrainConfig(_Section):
             raise ConfigError(f"global_batch_size must be >= 1, got {self.global_batch_size}; e.g. global_batch_size=8")
         micro = self.device_microbatch_size
         if micro != "auto" and not (isinstance(micro, int) and micro >= 1):
-            raise fail("device_microbatch_size", micro, "'auto' or an integer >= 1", "device_microbatch_size=4")
-        check_choice("precision", self.precision, PRECISIONS)
-        check_choice("device", self.device, DEVICES)
+            raise _fail("device_microbatch_size", micro, "'auto' or an integer >= 1", "device_microbatch_size=4")
+        _check_choice("precision", self.precision, PRECISIONS)
+        _check_choice("device", self.device, DEVICES)
         if self.device == "cpu" and self.precision not in ("auto", "fp32"):
             raise ConfigError(
                 f"precision={self.precision} needs a GPU (Composer trains fp32 on CPU); with device=cpu use precision=fp32"
             )
         n = self.eval_subset_num_batches
-        check_range("eval_subset_num_batches", n == -1 or n >= 1, n, "-1 (all) or >= 1", "eval_subset_num_batches=20")
+        _check_range("eval_subset_num_batches", n == -1 or n >= 1, n, "-1 (all) or >= 1", "eval_subset_num_batches=20")
         k = self.save_num_checkpoints_to_keep
-        check_range("save_num_checkpoints_to_keep", k >= -1, k, "-1 (all) or >= 0", "save_num_checkpoints_to_keep=3")
+        _check_range("save_num_checkpoints_to_keep", k >= -1, k, "-1 (all) or >= 0", "save_num_checkpoints_to_keep=3")
         for name in ("run_name", "save_folder"):
-            check_range(name, bool(getattr(self, name)), "''", "must not be empty", self._example_of(name))
+            _check_range(name, bool(getattr(self, name)), "''", "must not be empty", self._example_of(name))
         object.__setattr__(self, "save_folder", _local_or_uri("save_folder", self.save_folder, SAVE_FOLDER_SCHEMES))
         check_output_prefix(self.save_folder, where=f"save_folder={self.save_folder}")
         if not self.data.train_sources:
@@ -592,7 +598,7 @@ class TrainConfig(_Section):
                     hint = f" (did you mean {key}.{near[0]}?)" if near else ""
                     raise ConfigError(f"unknown {key[:-1]} {key}.{name}{hint}; known: {', '.join(known)}")
                 if args is not None and not isinstance(args, dict):
-                    raise fail(f"{key}.{name}", args, "a mapping of its arguments or null", f"{key}.{name}={{}}")
+                    raise _fail(f"{key}.{name}", args, "a mapping of its arguments or null", f"{key}.{name}={{}}")
 
     def _check_warmup_unit(self) -> None:
         """Composer's warm-up schedulers need optim.warmup in max_duration's unit (even a 0 warm-up)."""
