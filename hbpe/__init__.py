@@ -12,11 +12,13 @@ The names are imported on first use, so `import hbpe` stays light (the CLI start
 """
 
 from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from hbpe.schemas.version import HBPE_VERSION
-
-__version__ = HBPE_VERSION  # one source: pyproject.toml (schemas/version.py)
+try:
+    __version__ = version("hbpe")  # one source: pyproject.toml
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "convert",

@@ -1,7 +1,8 @@
 """hbpe's version, from one source (pyproject.toml, read through the installed package's metadata).
 
-Here rather than in the root package so that the pipeline can record it (shard manifests, tokenizer
-artifacts) without importing `hbpe` from below; the root's `hbpe.__version__` is this value.
+Here, below the pipeline, so that it records the version (shard manifests, tokenizer artifacts)
+without importing the root package `hbpe` (the application) from below; `hbpe.__version__` reads the
+same metadata.
 """
 
 from importlib.metadata import PackageNotFoundError, version
