@@ -72,21 +72,7 @@ def run_demo(
 
     train_dir = out / "train"
     on_step(f"[4/6] training the tiny model on CPU for {train_batches} batches (about a minute) ...")
-    r = api.train(
-        "tiny",
-        {
-            "data.train": shards["train"],
-            "data.eval": shards["eval"],
-            "save_folder": str(train_dir),
-            "max_duration": f"{train_batches}ba",
-            "eval_interval": f"{train_batches}ba",
-            "save_interval": f"{train_batches}ba",
-            "log_interval": "50ba",
-            "console": False,
-            "save_overwrite": True,  # a rerun of the demo replaces its previous run
-            "eval_subset_num_batches": -1 if eval_batches is None else eval_batches,  # 0: the config says why not
-        },
-    ).as_dict()
+    r = api.train("tiny", _train_overrides(shards, train_dir, train_batches, eval_batches)).as_dict()
     thr = r["throughput"]
     on_step(
         f"[4/6] train tiny ({r['params'] / 1e6:.2f}M params) on {r['device']}: {r['batches']} batches in {r['wall_s']:.0f}s, {thr['bytes_per_sec'] / 1e3:.1f} KB/s, {thr['patches_per_sec']:.0f} patches/s -> {train_dir}"
@@ -106,6 +92,24 @@ def run_demo(
         "train": r,
         "eval": ev,
         "generation": text,
+    }
+
+
+def _train_overrides(
+    shards: dict[str, str], train_dir: Path, train_batches: int, eval_batches: int | None
+) -> dict[str, Any]:
+    """Step 4's changes to the `tiny` config: the demo's shards and folder, one evaluation and one save at the end."""
+    return {
+        "data.train": shards["train"],
+        "data.eval": shards["eval"],
+        "save_folder": str(train_dir),
+        "max_duration": f"{train_batches}ba",
+        "eval_interval": f"{train_batches}ba",
+        "save_interval": f"{train_batches}ba",
+        "log_interval": "50ba",
+        "console": False,
+        "save_overwrite": True,  # a rerun of the demo replaces its previous run
+        "eval_subset_num_batches": -1 if eval_batches is None else eval_batches,  # 0: the config says why not
     }
 
 
