@@ -81,11 +81,13 @@ def test_every_report_is_a_result_dataclass():
 def test_dir_of_hbpe_is_its_public_names_and_import_stays_light():
     assert dir(hbpe) == sorted([*hbpe.__all__, "__version__"])
     code = "import sys, hbpe; print(dir(hbpe)); print(sorted(m for m in sys.modules if m.startswith('hbpe')))"
+    code += "; print([m for m in ('typing', 'importlib.metadata', 'click') if m in sys.modules])"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    names, modules = r.stdout.splitlines()
-    for private in ("Any", "import_module", "PackageNotFoundError", "version", "_typing"):
+    names, modules, heavy = r.stdout.splitlines()
+    for private in ("Any", "import_module", "PackageNotFoundError", "version", "TYPE_CHECKING"):
         assert f"'{private}'" not in names
     assert modules == "['hbpe']"  # hbpe.api (and the tokenizer it imports) wait for their first use
+    assert heavy == "[]"  # nor typing or importlib.metadata (__version__ is read on first use)
     r = subprocess.run([sys.executable, "-c", "import hbpe; print(hbpe.__version__)"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip()
 
