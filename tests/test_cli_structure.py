@@ -147,6 +147,35 @@ def test_one_json_emitter():
         assert not dumps, f"{path.relative_to(REPO)} line {dumps[0].lineno}: json.dumps outside hbpe.cli.common.emit"
 
 
+def _front_door_files() -> list[Path]:
+    hbpe_dir = REPO / "hbpe"
+    return [
+        *sorted((hbpe_dir / "cli").glob("*.py")),
+        hbpe_dir / "demo.py",
+        *sorted((hbpe_dir / "experiments").glob("*.py")),
+    ]
+
+
+def test_the_cli_the_demo_and_the_experiments_convert_and_train_through_hbpe_api():
+    """One front door: none of them builds a ConvertConfig or calls run_convert / train_model itself (hbpe.api does)."""
+    files = _front_door_files()
+    assert len(files) > 20  # the globs found the modules
+    for path in files:
+        tree = ast.parse(path.read_text())
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        used |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert not used & {"ConvertConfig", "run_convert", "train_model"}, path.relative_to(REPO)
+
+
+def test_no_module_imports_a_private_name_of_another():
+    """What the command modules share is public in hbpe/cli/common.py (Command, Group, emit, the options)."""
+    for path in _front_door_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hbpe"):
+                private = [a.name for a in node.names if a.name.startswith("_") and a.name != "__version__"]
+                assert not private, f"{path.relative_to(REPO)}:{node.lineno} imports {private} from {node.module}"
+
+
 # --------------------------------------------------------------------------- python -m hbpe.cli
 
 
