@@ -6,10 +6,10 @@ from typing import Any
 
 import click
 
-from hbpe.cli_common import _Command, _emit, json_option
+from hbpe.cli.common import Command, emit, json_option
 
 
-@click.command("plot", cls=_Command)
+@click.command("plot", cls=Command)
 @click.option("--checkpoint", "run", required=True, help="A `hbpe train` save folder, or its metrics.jsonl.")
 @click.option(
     "--out", default=None, show_default="RUN/curves.png", help="The image to write (.png, .svg, .pdf), or a folder."
@@ -28,9 +28,9 @@ def plot_cmd(run: str, out: str | None, x: str, as_json: bool) -> None:
     Example:
       hbpe plot --checkpoint runs/demo/train --out /tmp/curves.png
     """
-    from hbpe.training import plot_run
+    from hbpe import api
 
-    _emit(plot_run(run, out=out, x=x), as_json, _render)
+    emit(api.plot(run, out=out, x=x).as_dict(), as_json, _render)
 
 
 def _render(r: dict[str, Any]) -> str:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from hbpe.cli_common import _Command, _emit, is_quiet, json_option, say
+from hbpe.cli.common import Command, emit, is_quiet, json_option, say
 
 
-@click.command("flops", cls=_Command)
+@click.command("flops", cls=Command)
 @click.argument("config")
 @click.argument("overrides", nargs=-1)
 @click.option(
@@ -49,7 +49,7 @@ def flops_cmd(
     shards = cfg.data.train_sources[0]  # with data.streams: the first stream
     tok, _ = resolve_tokenizer(cfg)
     rows = flops_table(cfg.model, tok, shards, input_bytes=input_bytes, samples=samples)
-    _emit(
+    emit(
         rows,
         as_json,
         lambda rs: (
@@ -59,7 +59,7 @@ def flops_cmd(
     )
 
 
-@click.command("experiment", cls=_Command)
+@click.command("experiment", cls=Command)
 @click.argument("preset")
 @click.argument("overrides", nargs=-1)
 @click.option(
@@ -95,22 +95,33 @@ def experiment_cmd(
     crossover-mini, ladder-paper-mini, ladder-width, ladder-data, ladder-s, lr-sweep-mini, ladder-gpu,
     table1-small, table3-medium) or a YAML file, with key=value overrides of its spec
     (`batches=100`, `model.latent_layers=4` for every run). Writes results.json, table.md and
-    PNG plots to --out.
+    PNG plots to --out. `hbpe experiment list` prints each preset with its description.
 
     \b
     Example:
       hbpe experiment table1-mini --out runs/experiments/table1-mini
+      hbpe experiment list
     """
     from pathlib import Path
 
+    if preset == "list":
+        _list_presets(overrides, as_json)
+        return
     from hbpe.experiments.presets import load_spec
     from hbpe.experiments.runner import run_experiment
 
-    if entropy_input:  # the spec key entropy_corpus, as an override would set it
-        import json
-
-        overrides = (*overrides, f"entropy_corpus={json.dumps(list(entropy_input))}")
-    spec = load_spec(preset, overrides, train_corpus=train_input, eval_corpus=eval_input)
+    spec = load_spec(preset, overrides, train_corpus=train_input, eval_corpus=eval_input, entropy_corpus=entropy_input)
     folder = Path(out or Path("runs", "experiments", spec.name))
     report = run_experiment(spec, folder, on_event=say, progress=not is_quiet())
-    _emit(report, as_json, lambda r: r["table"] + "\n" + "\n".join(f"plot: {p}" for p in r["plots"]))
+    emit(report, as_json, lambda r: r["table"] + "\n" + "\n".join(f"plot: {p}" for p in r["plots"]))
+
+
+def _list_presets(overrides: tuple[str, ...], as_json: bool) -> None:
+    """`hbpe experiment list`: one line per preset, its name and the first line of its description."""
+    from hbpe.experiments.presets import describe_presets
+
+    if overrides:
+        raise click.UsageError(f"`hbpe experiment list` takes no overrides (got {' '.join(overrides)})")
+    presets = describe_presets()
+    width = max(map(len, presets))
+    emit(presets, as_json, lambda d: "\n".join(f"{name:<{width}}  {line}" for name, line in d.items()))

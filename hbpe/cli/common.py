@@ -1,8 +1,9 @@
-"""What every `hbpe` command shares: the group that turns failures into one `error:` line, the output helper,
-the global --verbose/--quiet state, and the check of a local path before the library reads it.
+"""What every `hbpe` command shares: the group that turns failures into one `error:` line, the output helper
+(`emit`), the options several commands take (`tokenizer_option`, `inputs_option`, ...), the global
+--verbose/--quiet state, and the check of a local path before the library reads it.
 
-A module of its own so that cli.py, cli_data.py and cli_train.py all import it and none imports another:
-cli.py attaches the commands the other two define.
+Every command module of this package imports this one and none imports another: hbpe/cli/__init__.py
+attaches the commands they define to `main`.
 
 Verbosity lives in two places, both readable without importing the CLI: the level of the `hbpe`
 logger (every library module logs under it, so -v shows their INFO and DEBUG lines and -q hides
@@ -37,7 +38,7 @@ CONTEXT_SETTINGS = {"show_default": True}
 RENAMED = {"--corpus": "--input", "--train-corpus": "--train-input", "--eval-corpus": "--eval-input"}
 
 
-class _Command(click.Command):
+class Command(click.Command):
     """A command that logs its resolved parameters at DEBUG (seen with `hbpe -v`), and whose "no such
     option" error names the new name of a renamed option."""
 
@@ -58,7 +59,7 @@ class _Command(click.Command):
         return super().invoke(ctx)
 
 
-class _Group(click.Group):
+class Group(click.Group):
     """Every failure ends in one `error: ...` line, never a bare traceback.
 
     HbpeError (a user mistake whose message names the fix): exit 2. An OS error on a named
@@ -67,8 +68,8 @@ class _Group(click.Group):
     Ctrl-C: exit 130, the shell's convention for SIGINT. Click's own usage errors pass through.
     """
 
-    command_class = _Command
-    group_class = type  # subgroups made with @group.group are _Group too
+    command_class = Command
+    group_class = type  # subgroups made with @group.group are Group too
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -98,7 +99,7 @@ def _internal_error(e: BaseException) -> NoReturn:
     sys.exit(1)
 
 
-def _emit(obj: Any, as_json: bool, render: Callable[[Any], str], *, ensure_ascii: bool = True) -> None:
+def emit(obj: Any, as_json: bool, render: Callable[[Any], str], *, ensure_ascii: bool = True) -> None:
     """The one output path of every command with `--json`: indented, sorted JSON, or the human rendering."""
     click.echo(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=ensure_ascii) if as_json else render(obj))
 
@@ -106,6 +107,107 @@ def _emit(obj: Any, as_json: bool, render: Callable[[Any], str], *, ensure_ascii
 def json_option(what: str = "the result") -> Callable[[Callable], Callable]:
     """`--json`, the same flag with the same wording on every command that reports something."""
     return click.option("--json", "as_json", is_flag=True, help=f"Print {what} as JSON on stdout.")
+
+
+# --------------------------------------------------------------------------- options several commands take
+# one declaration each, so the same flag has the same name, type, default and wording on every command
+
+Decorator = Callable[[Callable], Callable]
+
+TOKENIZER_HELP = "Tokenizer directory from `hbpe tokenizer train`."
+DATA_HELP = "Shard directory from `hbpe convert`."
+# what `convert --input` takes, read the same way (pipeline/corpus/inputs.py's resolve_inputs)
+INPUT_FILES_HELP = (
+    "Corpus file, directory, glob (quoted: 'DIR/*.jsonl') or URI (repeatable): jsonl, txt, parquet, "
+    "optionally .gz/.zst/.bz2."
+)
+CHECKPOINT_HELP = (
+    "A checkpoint file, a sharded (FSDP2) checkpoint folder, a save folder (its latest-rank0.pt) or an "
+    "`hbpe export` directory."
+)
+DEVICE_HELP = "auto (CUDA when a GPU is visible, else CPU), cpu, cuda or cuda:N."
+
+
+def options(*decorators: Decorator) -> Decorator:
+    """Several options as one decorator, shown in --help in the order given."""
+
+    def apply(f: Callable) -> Callable:
+        for decorator in reversed(decorators):  # click lists the last applied first
+            f = decorator(f)
+        return f
+
+    return apply
+
+
+def tokenizer_option(f: Callable) -> Callable:
+    """`--tokenizer DIR` (required), as the parameter `tokenizer_dir`."""
+    return click.option("--tokenizer", "tokenizer_dir", required=True, help=TOKENIZER_HELP)(f)
+
+
+def inputs_option(help: str = INPUT_FILES_HELP) -> Decorator:
+    """`--input` (required, repeatable), as the parameter `inputs`."""
+    return click.option("--input", "inputs", multiple=True, required=True, help=help)
+
+
+def data_option(f: Callable) -> Callable:
+    """`--data SHARDS` (required)."""
+    return click.option("--data", required=True, help=DATA_HELP)(f)
+
+
+def checkpoint_option(help: str = CHECKPOINT_HELP) -> Decorator:
+    """`--checkpoint PATH` (required)."""
+    return click.option("--checkpoint", required=True, help=help)
+
+
+def device_option(f: Callable) -> Callable:
+    """`--device` (default auto)."""
+    return click.option("--device", default="auto", help=DEVICE_HELP)(f)
+
+
+def seq_len_option(f: Callable) -> Callable:
+    """`--seq-len N`: patches per sample."""
+    return click.option("--seq-len", type=click.IntRange(min=1), default=1024, help="Patches per sample (N).")(f)
+
+
+def text_field_option(f: Callable) -> Callable:
+    """`--text-field`: where a record keeps its text."""
+    return click.option("--text-field", default="text", help="Dotted path of the text in each record.")(f)
+
+
+# a first-stage BPE to learn: `tokenizer train-bpe` trains it, `bench first-stage` times it
+first_stage_bpe_options = options(
+    click.option(
+        "--vocab-size", type=click.IntRange(min=256), required=True, help="Tokens of the first stage to learn."
+    ),
+    click.option("--pattern", default="cl100k_base", help="Split pattern: a name or a regex."),
+    click.option("--min-count", type=click.IntRange(min=1), default=2, help="Stop when no pair occurs this often."),
+)
+
+
+def check_pattern(pattern: str | None) -> None:
+    """--pattern: a known name or a regex that compiles, checked before any work starts."""
+    import regex
+
+    from hbpe.pipeline.tokenizer.first_stage import NAMED_PATTERNS, resolve_pattern
+
+    if pattern is None:
+        return
+    try:
+        regex.compile(resolve_pattern(pattern))
+    except regex.error as e:
+        raise HbpeError(
+            f"--pattern {pattern!r} is neither a pattern name ({', '.join(sorted(NAMED_PATTERNS))}) "
+            f"nor a valid regex ({e}); pass one of the names or fix the regex"
+        ) from e
+
+
+def check_beam_args(ctx: click.Context) -> None:
+    """The arguments hbpe does not know are Beam options: one Beam does not know either is an error, whose hint
+    uses hbpe's own names (--seq_len 64 -> --seq-len)."""
+    if ctx.args:
+        from hbpe.pipeline.beam.options import check_pipeline_args
+
+        check_pipeline_args(ctx.args, hbpe_options=[o for p in ctx.command.params for o in p.opts])
 
 
 # --------------------------------------------------------------------------- --verbose / --quiet
@@ -157,6 +259,12 @@ def say(line: str) -> None:
     """A progress or status line on stderr, unless `hbpe -q`: stdout stays the result alone."""
     if not is_quiet():
         click.echo(line, err=True)
+
+
+def quiet_console(overrides: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """A training config's overrides; with `hbpe -q`, Composer's console metric lines are off too (the last
+    override wins)."""
+    return (*overrides, "console=false") if is_quiet() else tuple(overrides)
 
 
 # --------------------------------------------------------------------------- paths
