@@ -22,10 +22,8 @@ from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hi
 
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.locations import SUPPORTED_SCHEMES, check_location, check_output_prefix, is_uri
+from hbpe.schemas.schemes import scheme_names
 
-# model.io: the paper's model and its baselines, all trained from the same shards (training/data/schemes.py)
-IO_SCHEMES = ("hierarchical", "bpe", "bytes", "space", "entropy")
-EMBEDDING_IOS = ("bpe", "bytes")  # one embedding row per latent position, the head on the latent model
 # model.local_layout (training/model/packing.py): the real positions of each patch only, or all S of them
 LOCAL_LAYOUTS = ("packed", "padded")
 PATCH_BOUNDARIES = ("eop", "given")  # model.patch_boundaries of the space and entropy baselines
@@ -363,8 +361,8 @@ class ModelConfig(_Section):
     decoder_layers: int = 1
     pooling: str = "mean"  # how a patch's symbol states become e_t: "mean" over real symbols, or "eop"
     conditioning: str = "prefix"  # how h_t enters the decoder: "prefix" position, or "add" to every input
-    # input/output side (training/data/schemes.py): "hierarchical" (BPE-patch), or a baseline over the same
-    # shards: "bpe" (embedding matrix), "bytes" (byte level), "space" / "entropy" (byte patches)
+    # input/output side, a registered scheme (training/schemes/): "hierarchical" (BPE-patch), or a baseline over
+    # the same shards: "bpe" (embedding matrix), "bytes" (byte level), "space" / "entropy" (byte patches)
     io: str = "hierarchical"
     tie_embeddings: bool = True  # BPE baseline: one matrix for input embedding and output head, as in the paper
     dropout: float = 0.0
@@ -404,7 +402,7 @@ class ModelConfig(_Section):
                 )
         _check_choice("model.pooling", self.pooling, ("mean", "eop"))
         _check_choice("model.conditioning", self.conditioning, ("prefix", "add"))
-        _check_choice("model.io", self.io, IO_SCHEMES)
+        _check_choice("model.io", self.io, scheme_names())  # the registered schemes (training/schemes/)
         _check_choice("model.patch_boundaries", self.patch_boundaries, PATCH_BOUNDARIES)
         _check_choice("model.local_layout", self.local_layout, LOCAL_LAYOUTS)
         b = self.hash_ngram_buckets

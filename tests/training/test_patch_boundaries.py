@@ -42,7 +42,8 @@ def shard_rows(sample_shards):
 def _scheme(tok, io: str, boundaries: str):
     if io == "space":
         return build_scheme(model_config(io="space", patch_boundaries=boundaries), tok, derive=True)
-    return BytePatchScheme(vocabulary_bytes(tok), 6, _CausalEntropy(), 2.5, eop=boundaries == "eop")
+    eop = boundaries == "eop"
+    return BytePatchScheme(vocabulary_bytes(tok), 6, _CausalEntropy(), 2.5, eop=eop, width=6 + eop)
 
 
 def test_given_boundaries_drop_eop_and_keep_every_byte():

@@ -11,9 +11,11 @@ import torch
 
 from hbpe.pipeline.shards.reader import ShardDir
 from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.schemes import BUILTIN_SCHEMES
 from hbpe.schemas.symbols import EOD, EOP, PAD
-from hbpe.schemas.train_config import IO_SCHEMES, model_config
+from hbpe.schemas.train_config import model_config
 from hbpe.training.data.byte_patching import (
+    UNBOUNDED_SAFETY_LIMIT,
     VocabularyBytes,
     patch_starts,
     sample_units,
@@ -85,8 +87,8 @@ def _schemes(tok):
         "bpe": build_scheme(model_config(io="bpe"), tok, derive=True),
         "bytes": build_scheme(model_config(io="bytes"), tok, derive=True),
         "space": build_scheme(model_config(io="space"), tok, derive=True),
-        "entropy": BytePatchScheme(vocab, 6, _FixedEntropy(), 2.5),
-        "entropy-unbounded": BytePatchScheme(vocab, None, _FixedEntropy(), 4.0),
+        "entropy": BytePatchScheme(vocab, 6, _FixedEntropy(), 2.5, width=7),
+        "entropy-unbounded": BytePatchScheme(vocab, None, _FixedEntropy(), 4.0, width=UNBOUNDED_SAFETY_LIMIT + 1),
     }
 
 
@@ -107,7 +109,7 @@ def test_every_scheme_predicts_the_same_bytes_and_loses_none(shard_rows):
     assert unbounded.shape[2] > 7  # longer than the bounded variant's 6 bytes + EOP
 
 
-@pytest.mark.parametrize("io", IO_SCHEMES)
+@pytest.mark.parametrize("io", BUILTIN_SCHEMES)
 def test_uniform_model_bpb_is_exact_through_every_scheme(shard_rows, io):
     """Zero output weights: every symbol costs ln V, so BPB = symbols * log2 V / the shared bytes."""
     tok, tokens = shard_rows

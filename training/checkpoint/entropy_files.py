@@ -26,6 +26,7 @@ from hbpe.pipeline import storage
 from hbpe.schemas.errors import ArtifactError
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.checkpoint.names import ENTROPY_DIR, MODEL_FILE
+from hbpe.training.schemes.registry import scheme_spec
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 def locate_entropy_model(cfg: ModelConfig, folder: str, *, source: str) -> ModelConfig:
     """`cfg` with `model.entropy_model` at the checked copy in `folder` (a run folder or an export, local or a
     URI) that description `source` (its hbpe_run.json or hbpe_model.json) was trained with; non-entropy: `cfg`."""
-    if cfg.io != "entropy":
+    if not scheme_spec(cfg).uses_entropy_model:
         return cfg
     copy = storage.join(folder, ENTROPY_DIR)
     raw = storage.read_if_exists(storage.join(copy, MODEL_FILE))

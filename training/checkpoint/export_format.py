@@ -58,6 +58,7 @@ from hbpe.training.checkpoint.names import (
     WEIGHTS_FILE,
 )
 from hbpe.training.model.patch_lm import PatchLM, VocabSpec, build_model
+from hbpe.training.schemes.registry import scheme_spec
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ def write_export(
     (hf_export.py), then the description)."""
     from safetensors.torch import save_file
 
-    if model.cfg.io == "entropy" and entropy is None:
+    if scheme_spec(model.cfg).uses_entropy_model and entropy is None:
         raise ConfigError("internal: an io=entropy model is exported with its entropy model (load.entropy_of)")
     dest = Path(out)
     _check_out(dest, overwrite=overwrite)

@@ -29,6 +29,7 @@ from hbpe.training.checkpoint.sharded import read_sharded_model
 from hbpe.training.data.schemes import Scheme, build_scheme
 from hbpe.training.model.entropy_model import EntropyModel
 from hbpe.training.model.patch_lm import PatchLM, VocabSpec, build_model
+from hbpe.training.schemes.registry import scheme_spec
 
 
 def resolve_checkpoint(path: str) -> Path:
@@ -164,6 +165,6 @@ def scheme_for(
     cfg: ModelConfig, tok: Any, *, derive: bool, device: str | torch.device = "cpu", entropy: EntropyModel | None = None
 ) -> Scheme:
     """`build_scheme` for a model config, its entropy model (io=entropy) loaded here unless `entropy` is given."""
-    if cfg.io == "entropy" and entropy is None and cfg.entropy_threshold is not None:
+    if scheme_spec(cfg).uses_entropy_model and entropy is None and cfg.entropy_threshold is not None:
         entropy = load_entropy_model(cfg.entropy_model, device=device)
     return build_scheme(cfg, tok, derive=derive, entropy_model=entropy)

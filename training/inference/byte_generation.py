@@ -22,30 +22,30 @@ import numpy as np
 import torch
 
 from hbpe.schemas.symbols import EOD, EOP, NUM_BYTES, PAD, TOKEN_EOD
-from hbpe.training.checkpoint.load import load_entropy_model
 from hbpe.training.data.byte_patching import (
     BYTE_VOCAB,
     entropy_starts,
     natural_starts,
-    patch_limit,
     patch_starts,
     space_starts,
     to_patches,
 )
 from hbpe.training.model.layers import KVCache
+from hbpe.training.schemes.registry import scheme_spec
 
 
 class ByteSymbols:
     """The tokenizer interface generate.py uses, over bytes + EOP/PAD/EOD for space and entropy models."""
 
     def __init__(self, cfg, entropy=None) -> None:
-        self.limit = patch_limit(cfg)
+        spec = scheme_spec(cfg)
+        self.limit = spec.max_patch_bytes(cfg)
         self.eop = cfg.patch_boundaries == "eop"
-        self.max_patch_size = self.limit + self.eop  # bytes (+ EOP)
+        self.max_patch_size = spec.symbols_per_patch(cfg)  # bytes (+ EOP)
         self.cfg, self.entropy = cfg, entropy
         # given boundaries: no symbol ends a patch, the patcher does (closes_patch)
         self.symbol_ends_patch = [s == EOP and self.eop for s in range(BYTE_VOCAB)]
-        self.never_symbols = [] if self.eop else [EOP]  # given: EOP was never a target, never generated
+        self.never_symbols = list(spec.never_generated(cfg))  # given: EOP was never a target, never generated
         if not self.eop:
             self.closes_patch = self._patcher_closes
 
@@ -83,13 +83,6 @@ class ByteSymbols:
 # the entropy model reads at most this many bytes back while generating (the training samples' length
 # in bytes is of this order: 128-2,048 tokens of ~4 bytes); a byte LM's next-byte entropy rests on the recent bytes
 ENTROPY_WINDOW = 8192
-
-
-def byte_symbols_for(model) -> ByteSymbols:
-    entropy = None
-    if model.cfg.io == "entropy":
-        entropy = load_entropy_model(model.cfg.entropy_model)
-    return ByteSymbols(model.cfg, entropy)
 
 
 @torch.inference_mode()

@@ -23,6 +23,7 @@ import torch
 
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.symbols import EOD, TOKEN_EOD, TOKEN_PAD
+from hbpe.training.schemes.registry import scheme_spec
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class EntropyModel:
     """
 
     def __init__(self, model: torch.nn.Module, *, source: str, tok: Any = None) -> None:
-        if getattr(model.cfg, "io", None) != "bytes":
+        if not scheme_spec(model.cfg).next_byte:
             raise ConfigError(
                 f"model.entropy_model={source} is a model.io={model.cfg.io} checkpoint; entropy patching needs a "
                 "byte-level model: train one with model.io=bytes on the same shards and name its checkpoint"

@@ -23,10 +23,11 @@ from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.symbols import EOD
 from hbpe.schemas.train_config import TrainConfig
 from hbpe.training.checkpoint.load import load_entropy_model, resolve_entropy_model
-from hbpe.training.data.byte_patching import entropy_starts, patch_limit, patch_starts, sample_units
+from hbpe.training.data.byte_patching import entropy_starts, patch_starts, sample_units
 from hbpe.training.data.schemes import vocabulary_bytes
 from hbpe.training.data.token_rows import read_token_rows
 from hbpe.training.model.entropy_model import EntropyModel
+from hbpe.training.schemes.registry import scheme_spec
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ def threshold_on_shards(
     cut = [sample_units(r, vocab) for r in rows]
     units = [s.units for s in cut]
     ents = [e for i in range(0, len(units), 16) for e in entropy.entropies(units[i : i + 16])]
-    limit = patch_limit(model_cfg)
+    limit = scheme_spec(model_cfg).max_patch_bytes(model_cfg)
     contexts = [s.context for s in cut]
     threshold = choose_threshold(units, contexts, ents, target_bytes=model_cfg.entropy_target_bytes, max_bytes=limit)
     log.info(
@@ -162,7 +163,7 @@ def resolve_entropy_threshold(cfg: TrainConfig, tok: HierarchicalTokenizer) -> t
     """
 
     model_cfg = cfg.model
-    if model_cfg.io != "entropy":
+    if not scheme_spec(model_cfg).uses_entropy_model:
         return cfg, None
 
     entropy = load_entropy_model(model_cfg.entropy_model)
