@@ -118,7 +118,7 @@ def train_steps(
         if step >= timed_from:
             seconds += time.perf_counter() - t
             nbytes += int(batch["target_bytes"].sum())
-            x = scheme_spec(cfg).latent_input(batch)  # bytes too reads `tokens` (it asked "bpe" and failed)
+            x = scheme_spec(cfg).latent_input(batch)
             for k, v in batch_train_flops(cfg, x, vocab_size=model.io.vocab_size).items():
                 flops[k] += v
         loss = float(out)
