@@ -61,9 +61,9 @@ def _cfg(case: str, layout: str):
 def _batch(cfg, tok, rows) -> dict[str, torch.Tensor]:
     if cfg.io == "entropy":
         vocab = vocabulary_bytes(tok)
-        eop = cfg.patch_boundaries == "eop"  # unbounded: patches as long as the entropies make them
+        eop = cfg.patching.boundaries == "eop"  # unbounded: patches as long as the entropies make them
         width = UNBOUNDED_SAFETY_LIMIT + eop
-        scheme = BytePatchScheme(vocab, None, _FixedEntropy(), cfg.entropy_threshold, eop=eop, width=width)
+        scheme = BytePatchScheme(vocab, None, _FixedEntropy(), cfg.patching.entropy_threshold, eop=eop, width=width)
     else:
         scheme = build_scheme(cfg, tok, derive=True)
     return {k: torch.from_numpy(np.asarray(v, dtype=np.int64)) for k, v in scheme.batch(rows, None).items()}

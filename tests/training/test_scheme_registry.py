@@ -33,7 +33,7 @@ def test_a_scheme_registered_in_one_file_builds_its_batches_and_model(gpt2_token
 def test_the_toy_scheme_trains_a_batch_through_the_trainer(sample_shards, tmp_path):
     from hbpe.training.train.trainer import train
 
-    extra = ["model.io=fixed", "model.patch_max_bytes=4", "console=false", "global_batch_size=4"]
+    extra = ["model.io=fixed", "model.patching.max_bytes=4", "console=false", "global_batch_size=4"]
     extra += ["max_duration=1ba", "eval_interval=1ba", "save_interval=1ba", "eval_subset_num_batches=1"]
     out = train(train_cfg(sample_shards, tmp_path / "run", *extra))
     assert out["eval"]["BitsPerByte"] > 0

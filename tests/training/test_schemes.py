@@ -152,7 +152,7 @@ def test_entropy_threshold_reaches_the_target_mean_patch_length(shard_rows):
 
 
 def test_entropy_needs_its_model_and_a_threshold():
-    with pytest.raises(ConfigError, match="model.entropy_model"):
+    with pytest.raises(ConfigError, match="model.patching.entropy_model"):
         model_config(io="entropy", entropy_target_bytes=4.0)
     with pytest.raises(ConfigError, match="entropy_target_bytes"):
         model_config(io="entropy", entropy_model="x.pt")
@@ -176,12 +176,18 @@ def test_every_scheme_trains_from_the_same_shards(sample_shards, tmp_path):
     for io, extra in (
         ("bytes", []),
         ("space", []),
-        ("entropy", [f"model.entropy_model={tmp_path / 'bytes' / 'latest-rank0.pt'}", "model.entropy_target_bytes=3"]),
+        (
+            "entropy",
+            [
+                f"model.patching.entropy_model={tmp_path / 'bytes' / 'latest-rank0.pt'}",
+                "model.patching.entropy_target_bytes=3",
+            ],
+        ),
     ):
         out = train(load_config("tiny", [*base, f"save_folder={tmp_path / io}", f"model.io={io}", *extra]))
         results[io] = out["eval"]["BitsPerByte"]
     meta = json.loads((tmp_path / "entropy" / "hbpe_run.json").read_text())
-    assert meta["model"]["entropy_threshold"] > 0  # chosen on the shards and recorded for eval
+    assert meta["model"]["patching"]["entropy_threshold"] > 0  # chosen on the shards and recorded for eval
 
     from hbpe.training.checkpoint.load import load_model
     from hbpe.training.inference.evaluate import evaluate

@@ -1,6 +1,6 @@
 """A sixth scheme in one file, as a user would add one: fixed-width byte patching (`model.io=fixed`).
 
-Every patch holds `model.patch_max_bytes` bytes (+ EOP), wherever it falls in the text: space.py's
+Every patch holds `model.patching.max_bytes` bytes (+ EOP), wherever it falls in the text: space.py's
 byte patches with a patcher that never starts a patch, so only the maximum length cuts. Importing
 this module registers it (tests/training/test_scheme_registry.py trains it through the real trainer).
 """
@@ -30,11 +30,11 @@ class FixedSpec(SpaceSpec):
     def batches(self, cfg: ModelConfig, tok: Any, *, derive: bool, entropy: Any = None) -> BytePatchScheme:
         width = self.symbols_per_patch(cfg)
         return BytePatchScheme(
-            vocabulary_bytes(tok), cfg.patch_max_bytes, NoBoundaries(), 1.0, width=width, eop=eop(cfg)
+            vocabulary_bytes(tok), cfg.patching.max_bytes, NoBoundaries(), 1.0, width=width, eop=eop(cfg)
         )
 
     def label(self, cfg: ModelConfig) -> str:
-        return f"fixed patch, {cfg.patch_max_bytes} bytes"
+        return f"fixed patch, {cfg.patching.max_bytes} bytes"
 
 
 register_scheme(FixedSpec())

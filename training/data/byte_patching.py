@@ -144,7 +144,7 @@ class SamplePatches:
 def to_patches(units: np.ndarray, context: int, starts: np.ndarray, width: int, *, eop: bool = True) -> SamplePatches:
     """Units cut at `starts` -> patch rows of `width` symbols (the longest patch + EOP must fit).
 
-    `eop=False` (model.patch_boundaries=given, BLT's setup): no EOP; the boundaries are the
+    `eop=False` (model.patching.boundaries=given, BLT's setup): no EOP; the boundaries are the
     patcher's, given to the model, and the longest patch alone must fit.
 
     >>> u = np.frombuffer(b"ab cd", dtype=np.uint8).astype(np.int32)

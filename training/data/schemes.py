@@ -92,7 +92,7 @@ class BytePatchScheme:
     entropy: object | None = None  # io=entropy: anything with `entropies(units) -> list[array]` (EntropyModel)
     threshold: float | None = None
     forced_splits: int = 0  # unbounded patches split at the safety limit (reported, not hidden)
-    eop: bool = True  # model.patch_boundaries=eop: each text patch ends with EOP; given: bytes only
+    eop: bool = True  # model.patching.boundaries=eop: each text patch ends with EOP; given: bytes only
     _: KW_ONLY
     width: int  # symbols of a patch row: the scheme's symbols_per_patch (training/schemes/space.py)
 

@@ -3,7 +3,7 @@
 `space` and `entropy` models read and write patches of bytes + EOP (V' = 259, no merges), so
 they generate through training/inference/generate.py like the paper's model: `ByteSymbols` stands in for
 the tokenizer there (the prompt cut by the scheme's rule, a patch closed by EOP, a patch that
-reaches S symbols without EOP split into patches that fit). With model.patch_boundaries=eop their
+reaches S symbols without EOP split into patches that fit). With model.patching.boundaries=eop their
 patches are self-delimiting: the local decoder ends each one, so the entropy model is needed only
 to cut the prompt. With `given` (BLT's setup) the patcher ends each patch while generating, as it
 cut the training text: its rule for where a patch starts reads only the bytes before that start
@@ -40,7 +40,7 @@ class ByteSymbols:
     def __init__(self, cfg, entropy=None) -> None:
         spec = scheme_spec(cfg)
         self.limit = spec.max_patch_bytes(cfg)
-        self.eop = cfg.patch_boundaries == "eop"
+        self.eop = cfg.patching.boundaries == "eop"
         self.max_patch_size = spec.symbols_per_patch(cfg)  # bytes (+ EOP)
         self.cfg, self.entropy = cfg, entropy
         # given boundaries: no symbol ends a patch, the patcher does (closes_patch)
@@ -55,7 +55,7 @@ class ByteSymbols:
         if not data:
             return []
         units = np.concatenate([[EOD], np.frombuffer(data, dtype=np.uint8)]).astype(np.int32)
-        natural = natural_starts(units, self.entropy, self.cfg.entropy_threshold)
+        natural = natural_starts(units, self.entropy, self.cfg.patching.entropy_threshold)
         cut = to_patches(units, 1, patch_starts(units, 1, natural, self.limit), self.max_patch_size, eop=self.eop)
         return [[int(s) for s in row if s != PAD] for row in cut.patches[1:]]
 
@@ -77,7 +77,7 @@ class ByteSymbols:
         if self.entropy is None:
             return bool(space_starts(units)[-1])
         ent = self.entropy.entropies([units[-ENTROPY_WINDOW:]])[0]
-        return bool(entropy_starts(ent, self.cfg.entropy_threshold)[-1])
+        return bool(entropy_starts(ent, self.cfg.patching.entropy_threshold)[-1])
 
 
 # the entropy model reads at most this many bytes back while generating (the training samples' length

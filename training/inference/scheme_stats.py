@@ -120,8 +120,9 @@ def scheme_variants(base: ModelConfig) -> list[ModelConfig]:
     import dataclasses
 
     out = [dataclasses.replace(base, io=io) for io in ("hierarchical", "bpe", "bytes", "space")]
-    if base.entropy_model and (base.entropy_threshold is not None or base.entropy_target_bytes is not None):
-        out += [dataclasses.replace(base, io="entropy", entropy_bounded=b) for b in (True, False)]
+    p = base.patching
+    if p.entropy_model and (p.entropy_threshold is not None or p.entropy_target_bytes is not None):
+        out += [dataclasses.replace(base.with_patching(entropy_bounded=b), io="entropy") for b in (True, False)]
     return out
 
 
@@ -144,16 +145,15 @@ def flops_table(
     base: ModelConfig, tok, shards: str, *, input_bytes: int = 8192, samples: int = 256
 ) -> list[dict[str, Any]]:
     """Table 1 for every scheme on `shards`: patching measured on its first `samples` samples."""
-    import dataclasses
 
     tokens = read_token_rows(shards, tok, samples=samples)
     words = count_words(tokens, vocabulary_bytes(tok))
     rows, entropy = [], None
     for cfg in scheme_variants(base):
         if scheme_spec(cfg).uses_entropy_model:
-            entropy = entropy or load_entropy_model(cfg.entropy_model)
-            if cfg.entropy_threshold is None:
-                cfg = dataclasses.replace(cfg, entropy_threshold=threshold_on_shards(cfg, tok, shards, entropy))
+            entropy = entropy or load_entropy_model(cfg.patching.entropy_model)
+            if cfg.patching.entropy_threshold is None:
+                cfg = cfg.with_patching(entropy_threshold=threshold_on_shards(cfg, tok, shards, entropy))
         scheme = build_scheme(cfg, tok, derive=True, entropy_model=entropy)
         row = table1_row(cfg, tok, measure(scheme, cfg.io, tokens, words), input_bytes=input_bytes)
         rows.append(with_ffn_readings(row, cfg, vocab_size=output_vocab(cfg, tok)))  # paper_flops.py

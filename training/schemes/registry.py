@@ -31,7 +31,7 @@ class SchemeSpec:
     # one embedding row per latent position (bpe, bytes): batches carry `tokens`, the latent model carries the
     # head, no local models (FLOPs count no local terms)
     embedding: ClassVar[bool] = False
-    # patches of bytes cut by a patcher (space, entropy): BLT's options apply (model.patch_boundaries, hash n-grams)
+    # patches of bytes cut by a patcher (space, entropy): BLT's options apply (model.patching.boundaries, hash n-grams)
     byte_patches: ClassVar[bool] = False
     # patches cut by a byte LM's entropies (entropy): the run keeps that model, checked (entropy_files.py)
     uses_entropy_model: ClassVar[bool] = False

@@ -24,10 +24,10 @@ class SpaceSpec(SchemeSpec):
 
     def max_patch_bytes(self, cfg: ModelConfig) -> int:
         """The longest patch in bytes the patcher cuts (a longer run of bytes is split)."""
-        return cfg.patch_max_bytes
+        return cfg.patching.max_bytes
 
     def symbols_per_patch(self, cfg: ModelConfig) -> int:
-        """S: the longest patch's bytes, + EOP with model.patch_boundaries=eop (the one place it is computed)."""
+        """S: the longest patch's bytes, + EOP with model.patching.boundaries=eop (the one place it is computed)."""
         return self.max_patch_bytes(cfg) + eop(cfg)
 
     def patcher_model(self, cfg: ModelConfig) -> Any:
@@ -39,10 +39,10 @@ class SpaceSpec(SchemeSpec):
 
     def batches(self, cfg: ModelConfig, tok: Any, *, derive: bool, entropy: Any = None) -> BytePatchScheme:
         vocab = vocabulary_bytes(tok)
-        return BytePatchScheme(vocab, cfg.patch_max_bytes, width=self.symbols_per_patch(cfg), eop=eop(cfg))
+        return BytePatchScheme(vocab, cfg.patching.max_bytes, width=self.symbols_per_patch(cfg), eop=eop(cfg))
 
     def label(self, cfg: ModelConfig) -> str:
-        return f"space patch, max {cfg.patch_max_bytes}"
+        return f"space patch, max {cfg.patching.max_bytes}"
 
     def generation_symbols(self, model: Any, tok: Any) -> ByteSymbols:
         return ByteSymbols(model.cfg, self.patcher_model(model.cfg))  # bytes (+ EOP), cut by the model's patcher
@@ -51,7 +51,9 @@ class SpaceSpec(SchemeSpec):
         return symbols.prompt_patches(prompt)
 
     def cached_generation(self, cfg: ModelConfig) -> bool:
-        return not cfg.hash_ngram_buckets  # kv_decode's encoder has no hash n-gram tables: the modules' path has
+        return (
+            not cfg.patching.hash_ngram_buckets
+        )  # kv_decode's encoder has no hash n-gram tables: the modules' path has
 
     def never_generated(self, cfg: ModelConfig) -> tuple[int, ...]:
         return () if eop(cfg) else (EOP,)  # given boundaries: EOP is never a target, the patcher ends a patch
@@ -62,8 +64,8 @@ class SpaceSpec(SchemeSpec):
 
 
 def eop(cfg: ModelConfig) -> bool:
-    """model.patch_boundaries=eop: each text patch ends with an EOP symbol the decoder predicts."""
-    return cfg.patch_boundaries == "eop"
+    """model.patching.boundaries=eop: each text patch ends with an EOP symbol the decoder predicts."""
+    return cfg.patching.boundaries == "eop"
 
 
 register_scheme(SpaceSpec())

@@ -131,14 +131,14 @@ def byte_patch_pair(cfg, entropy=None) -> Callable[[str, str], EncodedPair]:
     """
 
     spec = scheme_spec(cfg)
-    limit, width, eop = spec.max_patch_bytes(cfg), spec.symbols_per_patch(cfg), cfg.patch_boundaries == "eop"
+    limit, width, eop = spec.max_patch_bytes(cfg), spec.symbols_per_patch(cfg), cfg.patching.boundaries == "eop"
 
     def encode(context: str, continuation: str) -> EncodedPair:
         context, continuation = move_trailing_space(context, continuation)
         _check_continuation(continuation)
         boundary = 1 + len(context.encode("utf-8"))
         units = np.concatenate([[EOD], _bytes(context), _bytes(continuation)]).astype(np.int32)
-        natural = natural_starts(units, entropy, cfg.entropy_threshold)
+        natural = natural_starts(units, entropy, cfg.patching.entropy_threshold)
         cut = to_patches(units, boundary, patch_starts(units, boundary, natural, limit), width, eop=eop)
         patches = cut.patches.astype(np.int64)
         scored = np.zeros((len(patches) - 1, width), dtype=bool)
