@@ -57,7 +57,8 @@ class RunSpec:
         io = self.model.get("io", "hierarchical")
         if io not in scheme_names():
             raise ConfigError(f"run {self.name}: model.io={io!r}, expected one of {', '.join(scheme_names())}")
-        if (io == "entropy") != (self.entropy_from is not None or "entropy_model" in self.model):
+        named = "entropy_model" in self.model or "entropy_model" in (self.model.get("patching") or {})  # flat or nested
+        if (io == "entropy") != (self.entropy_from is not None or named):
             raise ConfigError(f"run {self.name}: io=entropy needs entropy_from (a bytes run) and only it takes one")
 
 
