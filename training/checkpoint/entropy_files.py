@@ -42,13 +42,15 @@ def locate_entropy_model(cfg: ModelConfig, folder: str, *, source: str) -> Model
         if cfg.patching.entropy_model_sha256 is not None and recorded != cfg.patching.entropy_model_sha256:
             raise ArtifactError(
                 f"{copy} is not the entropy model {source} was trained with (its weights' sha256 {recorded[:12]}..., "
-                f"the run's model.patching.entropy_model_sha256 {cfg.patching.entropy_model_sha256[:12]}...): the folder was modified; "
+                f"the run's model.patching.entropy_model_sha256 {cfg.patching.entropy_model_sha256[:12]}...): the folder "
+                "was modified; "
                 f"restore {ENTROPY_DIR}/ from a copy of the run, or export the run again"
             )
         return cfg.with_patching(entropy_model=copy)  # its weights are checked against `recorded` on load
     if cfg.patching.entropy_model_sha256 is not None:
         raise ArtifactError(
-            f"{source}: the run's entropy model (model.patching.entropy_model={cfg.patching.entropy_model}) was copied into {copy} "
+            f"{source}: the run's entropy model (model.patching.entropy_model={cfg.patching.entropy_model}) was copied "
+            f"into {copy} "
             f"when it was trained, and {copy} is missing; restore {ENTROPY_DIR}/ from a copy of the run (or the "
             "bucket), or `hbpe export` the run where it is complete"
         )
@@ -72,13 +74,14 @@ def _legacy(cfg: ModelConfig, *, source: str) -> ModelConfig:
     looked = path if storage.is_remote(path) else str(Path(path).absolute())
     if not storage.is_remote(path) and not Path(looked).exists():
         raise ArtifactError(
-            f"{source}: the run's model.patching.entropy_model={path} (its entropy model) is not at {looked}; the run was "
-            "trained by an older hbpe, which kept only that path: run from the directory it was trained in, or set "
-            f"model.patching.entropy_model in {source} to the byte-level checkpoint it was trained with, then `hbpe export` "
-            "the run (the export keeps a checked copy)"
+            f"{source}: the run's model.patching.entropy_model={path} (its entropy model) is not at {looked}; the run "
+            "was trained by an older hbpe, which kept only that path: run from the directory it was trained in, or set "
+            f"model.patching.entropy_model in {source} to the byte-level checkpoint it was trained with, then "
+            "`hbpe export` the run (the export keeps a checked copy)"
         )
     log.warning(
-        "%s: the run's model.patching.entropy_model=%s is read from %s, unchecked: the run was trained by an older hbpe, "
+        "%s: the run's model.patching.entropy_model=%s is read from %s, unchecked: the run was trained by an older "
+        "hbpe, "
         "which kept no copy or fingerprint of it; if that is not the model it was trained with, BPB and samples "
         "are wrong. `hbpe export` the run to keep a checked copy",
         source,

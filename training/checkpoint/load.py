@@ -120,7 +120,8 @@ def resolve_entropy_model(cfg: ModelConfig, entropy: Any) -> ModelConfig:
     pinned = cfg.patching.entropy_model_sha256
     if pinned is not None and pinned != entropy_sha256(entropy):
         raise ConfigError(
-            f"model.patching.entropy_model={cfg.patching.entropy_model} has the fingerprint {entropy_sha256(entropy)}, not the "
+            f"model.patching.entropy_model={cfg.patching.entropy_model} has the fingerprint {entropy_sha256(entropy)}, "
+            "not the "
             f"model.patching.entropy_model_sha256={pinned} the config asks for: it is another entropy model; name the "
             "checkpoint with that fingerprint, or drop model.patching.entropy_model_sha256 to use this one"
         )
@@ -133,7 +134,8 @@ def entropy_of(cfg: ModelConfig) -> Any:
     entropy = load_entropy_model(cfg.patching.entropy_model)
     if cfg.patching.entropy_model_sha256 not in (None, entropy_sha256(entropy)):
         raise ArtifactError(
-            f"the entropy model {cfg.patching.entropy_model} changed after it was checked (fingerprint {entropy_sha256(entropy)[:12]}"
+            f"the entropy model {cfg.patching.entropy_model} changed after it was checked "
+            f"(fingerprint {entropy_sha256(entropy)[:12]}"
             f"..., recorded {cfg.patching.entropy_model_sha256[:12]}...); export again"
         )
     return entropy

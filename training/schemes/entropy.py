@@ -19,7 +19,7 @@ class EntropySpec(SpaceSpec):
     uses_entropy_model = True
 
     def max_patch_bytes(self, cfg: ModelConfig) -> int:
-        # unbounded (model.patching.entropy_bounded=false): split only at the safety limit, padded to each batch's longest
+        # unbounded (model.patching.entropy_bounded=false): split only at the safety limit, padded to the batch's longest
         return cfg.patching.max_bytes if cfg.patching.entropy_bounded else UNBOUNDED_SAFETY_LIMIT
 
     def patcher_model(self, cfg: ModelConfig) -> Any:
@@ -28,8 +28,8 @@ class EntropySpec(SpaceSpec):
     def batches(self, cfg: ModelConfig, tok: Any, *, derive: bool, entropy: Any = None) -> BytePatchScheme:
         if cfg.patching.entropy_threshold is None:
             raise ConfigError(
-                "model.io=entropy needs model.patching.entropy_threshold, or model.patching.entropy_target_bytes to choose one on the "
-                "training shards (hbpe train does); e.g. model.patching.entropy_target_bytes=4.5"
+                "model.io=entropy needs model.patching.entropy_threshold, or model.patching.entropy_target_bytes to "
+                "choose one on the training shards (hbpe train does); e.g. model.patching.entropy_target_bytes=4.5"
             )
         if entropy is None:  # loading it is checkpoint/load.py's (scheme_for): the batch builders read no checkpoints
             raise ConfigError(

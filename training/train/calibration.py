@@ -68,7 +68,8 @@ def choose_threshold(
     reach = mean_patch_bytes(units, contexts, entropies, float(values[-1]), max_bytes)
     if target_bytes > reach:
         raise ConfigError(
-            f"model.patching.entropy_target_bytes={target_bytes}: the longest mean patch these samples allow is {reach:.2f} bytes "
+            f"model.patching.entropy_target_bytes={target_bytes}: the longest mean patch these samples allow is "
+            f"{reach:.2f} bytes "
             f"(limit {max_bytes} bytes per patch); ask for less or raise the limit"
         )
     lo, hi = 0, len(values) - 1
