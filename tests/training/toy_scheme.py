@@ -3,6 +3,8 @@
 Every patch holds `model.patching.max_bytes` bytes (+ EOP), wherever it falls in the text: space.py's
 byte patches with a patcher that never starts a patch, so only the maximum length cuts. Importing
 this module registers it (tests/training/test_scheme_registry.py trains it through the real trainer).
+Its generation and zero-shot hooks are space.py's, which cut a prompt by space patching: a real scheme
+would give them its own patcher as well.
 """
 
 from __future__ import annotations
