@@ -25,7 +25,7 @@ def flops_cmd(
     """The paper's Table 1 columns for every scheme at CONFIG's sizes: forward GFLOPs (local
     encoder, local decoder, latent, total) for --bytes of text, fertility, parameters, bytes and
     symbols per patch, from the patch lengths measured on the shards. The entropy rows need
-    model.patching.entropy_model (and a threshold or target) in the config or the overrides. Every row also
+    model.entropy_model (and a threshold or target) in the config or the overrides. Every row also
     shows its GFLOPs under each reading of the paper's local FFN (384, 512, 768) beside the paper's,
     and a last table checks the paper's own setup (small, its patch lengths, given boundaries).
 
