@@ -17,15 +17,13 @@ import functools
 import math
 import re
 import types
-from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
 
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.locations import SUPPORTED_SCHEMES, check_location, check_output_prefix, is_uri
+from hbpe.schemas.schemes import scheme_names
 
-# model.io: the paper's model and its baselines, all trained from the same shards (training/data/schemes.py)
-IO_SCHEMES = ("hierarchical", "bpe", "bytes", "space", "entropy")
-EMBEDDING_IOS = ("bpe", "bytes")  # one embedding row per latent position, the head on the latent model
 # model.local_layout (training/model/packing.py): the real positions of each patch only, or all S of them
 LOCAL_LAYOUTS = ("packed", "padded")
 PATCH_BOUNDARIES = ("eop", "given")  # model.patch_boundaries of the space and entropy baselines
@@ -100,10 +98,10 @@ _EXAMPLES = {
     "loggers": "'loggers={tensorboard: {log_dir: runs/tb}}'",
     "callbacks": "'callbacks={memory_monitor: {}}'",
     "model": "model.latent_layers=4",
-    "model.entropy_model": "model.entropy_model=runs/bytes/latest-rank0.pt",
-    "model.entropy_threshold": "model.entropy_threshold=1.5",
-    "model.entropy_target_bytes": "model.entropy_target_bytes=4.5",
-    "model.entropy_model_sha256": "model.entropy_model_sha256=" + "0123456789abcdef" * 4,
+    "model.patching.entropy_model": "model.patching.entropy_model=runs/bytes/latest-rank0.pt",
+    "model.patching.entropy_threshold": "model.patching.entropy_threshold=1.5",
+    "model.patching.entropy_target_bytes": "model.patching.entropy_target_bytes=4.5",
+    "model.patching.entropy_model_sha256": "model.patching.entropy_model_sha256=" + "0123456789abcdef" * 4,
     "fsdp": "'fsdp={version: 2}'",
     "load_path": "load_path=runs/train/latest-rank0.pt",
     "device_microbatch_size": "device_microbatch_size=4",
@@ -341,9 +339,91 @@ MODEL_SIZE_LIMITS: dict[str, int] = {
     "local_heads": 1024,
     "encoder_layers": 1024,
     "decoder_layers": 1024,
-    "patch_max_bytes": 1024,  # byte patches of at most this many bytes (+ EOP): a local model's sequence
     "max_patches": 1 << 20,  # the latent context
 }
+MAX_PATCH_BYTES = 1024  # model.patching.max_bytes: byte patches of at most this many bytes (+ EOP), a local sequence
+
+# model keys of configs and runs written before the byte-patch settings moved into `model.patching`, and
+# their names there: still read (ModelConfig.from_dict moves them), so old configs and checkpoints load
+FLAT_PATCHING_KEYS = {
+    "patch_max_bytes": "max_bytes",
+    "patch_boundaries": "boundaries",
+    "hash_ngram_buckets": "hash_ngram_buckets",
+    "entropy_model": "entropy_model",
+    "entropy_threshold": "entropy_threshold",
+    "entropy_target_bytes": "entropy_target_bytes",
+    "entropy_bounded": "entropy_bounded",
+    "entropy_model_sha256": "entropy_model_sha256",
+}
+
+
+def nest_patching(model: dict[str, Any]) -> dict[str, Any]:
+    """A model mapping with the flat keys of older configs moved into its `patching` section.
+
+    >>> nest_patching({"io": "space", "patch_max_bytes": 4})
+    {'io': 'space', 'patching': {'max_bytes': 4}}
+    """
+    flat = [k for k in model if k in FLAT_PATCHING_KEYS]
+    if not flat:
+        return model
+    section = model.get("patching") or {}
+    if not isinstance(section, dict):
+        section = asdict(section) if is_dataclass(section) else section  # type: ignore[arg-type]
+        if not isinstance(section, dict):
+            return model  # not a mapping: from_dict names the problem
+    both = [k for k in flat if FLAT_PATCHING_KEYS[k] in section]
+    if both:
+        new = f"model.patching.{FLAT_PATCHING_KEYS[both[0]]}"
+        raise ConfigError(f"model.{both[0]} and {new} are the same setting, given twice; keep only {new}")
+    out = {k: v for k, v in model.items() if k not in FLAT_PATCHING_KEYS}
+    out["patching"] = {**section, **{FLAT_PATCHING_KEYS[k]: model[k] for k in flat}}
+    return out
+
+
+@dataclass(frozen=True)
+class PatchingConfig(_Section):
+    """The byte-patch baselines' own settings (space, entropy: BLT's patcher); the other schemes ignore them."""
+
+    _section: ClassVar[str] = "model.patching"
+
+    max_bytes: int = 6  # space and bounded entropy patching: longer patches are split (BLT's 6)
+    # "eop" closes each byte patch with an EOP symbol the decoder predicts (and BPB pays for); "given" is BLT's
+    # setup, the paper's: the patcher gives the boundaries, the decoder predicts only bytes
+    boundaries: str = "eop"
+    # BLT's hash n-gram embeddings (n = 3..8) added to the local encoder's byte embeddings, one table of this many
+    # rows per n (0: none); training/hash_ngrams.py
+    hash_ngram_buckets: int = 0
+    entropy_model: str | None = None  # io=entropy: checkpoint of a model.io=bytes model giving next-byte entropies
+    entropy_threshold: float | None = None  # io=entropy: a patch starts where the entropy (nats) exceeds it ...
+    entropy_target_bytes: float | None = None  # ... or the threshold reaching this mean patch length (hbpe train)
+    entropy_bounded: bool = True  # io=entropy: split patches at max_bytes (false: the unbounded variant)
+    # io=entropy: sha256 of the entropy model's weights as exported (hbpe train records it and copies the model
+    # into the run folder; eval, generate and export check the copy against it); given: the model must match it
+    entropy_model_sha256: str | None = None
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        m, key = self.max_bytes, "model.patching.max_bytes"  # an hbpe_run.json is untrusted: checked before allocating
+        _check_range(key, m >= 1, m, "must be at least 1", f"{key}=6")
+        _check_range(key, m <= MAX_PATCH_BYTES, m, f"must be at most {MAX_PATCH_BYTES}", f"{key}=6")
+        _check_choice("model.patching.boundaries", self.boundaries, PATCH_BOUNDARIES)
+        b = self.hash_ngram_buckets
+        _check_range(
+            "model.patching.hash_ngram_buckets", 0 <= b <= MAX_HASH_BUCKETS, b, f"must be in 0..{MAX_HASH_BUCKETS}",
+            "model.patching.hash_ngram_buckets=82000",
+        )  # fmt: skip
+        sha = self.entropy_model_sha256
+        if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise ConfigError(
+                f"model.patching.entropy_model_sha256={sha}: not a sha256 (64 lowercase hex digits); leave it unset "
+                f"(hbpe train records it) or copy it from the entropy run's export; e.g. "
+                f"{self._example_of('entropy_model_sha256')}"
+            )
+        t = self.entropy_target_bytes
+        _check_range(
+            "model.patching.entropy_target_bytes", t is None or t >= 1, t, "must be >= 1",
+            "model.patching.entropy_target_bytes=4.5",
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -363,27 +443,16 @@ class ModelConfig(_Section):
     decoder_layers: int = 1
     pooling: str = "mean"  # how a patch's symbol states become e_t: "mean" over real symbols, or "eop"
     conditioning: str = "prefix"  # how h_t enters the decoder: "prefix" position, or "add" to every input
-    # input/output side (training/data/schemes.py): "hierarchical" (BPE-patch), or a baseline over the same
-    # shards: "bpe" (embedding matrix), "bytes" (byte level), "space" / "entropy" (byte patches)
+    # input/output side, a registered scheme (training/schemes/): "hierarchical" (BPE-patch), or a baseline over
+    # the same shards: "bpe" (embedding matrix), "bytes" (byte level), "space" / "entropy" (byte patches)
     io: str = "hierarchical"
     tie_embeddings: bool = True  # BPE baseline: one matrix for input embedding and output head, as in the paper
     dropout: float = 0.0
     rope_theta: float = 10000.0
     max_patches: int = 4096  # longest latent context (RoPE has no table to outgrow; used for checks)
-    patch_max_bytes: int = 6  # space and bounded entropy patching: longer patches are split (BLT's 6)
-    entropy_model: str | None = None  # io=entropy: checkpoint of a model.io=bytes model giving next-byte entropies
-    entropy_threshold: float | None = None  # io=entropy: a patch starts where the entropy (nats) exceeds it ...
-    entropy_target_bytes: float | None = None  # ... or the threshold reaching this mean patch length (hbpe train)
-    entropy_bounded: bool = True  # io=entropy: split patches at patch_max_bytes (false: the unbounded variant)
-    # io=entropy: sha256 of the entropy model's weights as exported (hbpe train records it and copies the model
-    # into the run folder; eval, generate and export check the copy against it); given: the model must match it
-    entropy_model_sha256: str | None = None
-    # space and entropy: "eop" closes each byte patch with an EOP symbol the decoder predicts (and BPB pays
-    # for); "given" is BLT's setup, the paper's: the patcher gives the boundaries, the decoder predicts only bytes
-    patch_boundaries: str = "eop"
-    # space and entropy: BLT's hash n-gram embeddings (n = 3..8) added to the local encoder's byte embeddings,
-    # one table of this many rows per n (0: none); training/hash_ngrams.py
-    hash_ngram_buckets: int = 0
+    # the byte-patch baselines' settings (space, entropy), a section of their own: the fields above are the
+    # network's shape, these the patcher's; older configs and runs give them flat (FLAT_PATCHING_KEYS)
+    patching: PatchingConfig = field(default_factory=PatchingConfig)
     # the local models' positions (training/model/packing.py): "packed" computes the real symbols of each patch
     # only; "padded" all S of every patch, PAD included (the paper's layout; the same function and weights)
     local_layout: str = "packed"
@@ -404,37 +473,32 @@ class ModelConfig(_Section):
                 )
         _check_choice("model.pooling", self.pooling, ("mean", "eop"))
         _check_choice("model.conditioning", self.conditioning, ("prefix", "add"))
-        _check_choice("model.io", self.io, IO_SCHEMES)
-        _check_choice("model.patch_boundaries", self.patch_boundaries, PATCH_BOUNDARIES)
+        _check_choice("model.io", self.io, scheme_names())  # the registered schemes (training/schemes/)
         _check_choice("model.local_layout", self.local_layout, LOCAL_LAYOUTS)
-        b = self.hash_ngram_buckets
-        _check_range(
-            "model.hash_ngram_buckets", 0 <= b <= MAX_HASH_BUCKETS, b, f"must be in 0..{MAX_HASH_BUCKETS}",
-            "model.hash_ngram_buckets=82000",
-        )  # fmt: skip
-        sha = self.entropy_model_sha256
-        if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", sha):
-            raise ConfigError(
-                f"model.entropy_model_sha256={sha}: not a sha256 (64 lowercase hex digits); leave it unset (hbpe "
-                f"train records it) or copy it from the entropy run's export; e.g. {self._example_of('entropy_model_sha256')}"
-            )
         if self.io == "entropy":
-            if not self.entropy_model:
+            p = self.patching
+            if not p.entropy_model:
                 raise ConfigError(
-                    "model.io=entropy needs model.entropy_model: the checkpoint of a byte-level model trained with "
-                    "model.io=bytes on the same shards; e.g. model.entropy_model=runs/bytes/latest-rank0.pt"
+                    "model.io=entropy needs model.patching.entropy_model: the checkpoint of a byte-level model trained "
+                    "with model.io=bytes on the same shards; e.g. model.patching.entropy_model=runs/bytes/latest-rank0.pt"
                 )
-            if self.entropy_threshold is None and self.entropy_target_bytes is None:
+            if p.entropy_threshold is None and p.entropy_target_bytes is None:
                 raise ConfigError(
-                    "model.io=entropy needs model.entropy_threshold (nats) or model.entropy_target_bytes (a mean "
-                    "patch length to choose the threshold for); e.g. model.entropy_target_bytes=4.5"
+                    "model.io=entropy needs model.patching.entropy_threshold (nats) or "
+                    "model.patching.entropy_target_bytes (a mean patch length to choose the threshold for); "
+                    "e.g. model.patching.entropy_target_bytes=4.5"
                 )
-        t = self.entropy_target_bytes
-        _check_range(
-            "model.entropy_target_bytes", t is None or t >= 1, t, "must be >= 1", "model.entropy_target_bytes=4.5"
-        )
         _check_range("model.dropout", 0 <= self.dropout < 1, self.dropout, "must be in [0, 1)", "model.dropout=0.1")
         _check_range("model.rope_theta", self.rope_theta > 0, self.rope_theta, "must be > 0", "model.rope_theta=10000")
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Self:
+        """As every section's, and the flat keys of older configs and runs (`patch_max_bytes`) read into `patching`."""
+        return super().from_dict(nest_patching(d) if isinstance(d, dict) else d)
+
+    def with_patching(self, **changes: Any) -> ModelConfig:
+        """This config with some of model.patching's settings replaced (e.g. the entropy threshold hbpe train chose)."""
+        return replace(self, patching=replace(self.patching, **changes))
 
 
 # The paper's sizes (latent / local), SPEC section 1; `tiny` trains on 2 CPU cores in minutes.

@@ -8,6 +8,9 @@ The rooms, in data order (each imports only the earlier ones; tests/test_module_
     train/       Composer: the trainer, optimizer, FSDP, loggers and callbacks, calibration, launch
     inference/   evaluate (BPB), generate, zero-shot tasks, Table 1's measured columns
 
+and schemes/, one spec per `model.io` gathering its hooks from those rooms; the rooms ask its registry
+(a leaf), which loads the built-in specs on first use.
+
 The public API is the names below, imported on first use (so `import hbpe.training` stays light and
 a command pays only for what it runs); the CLI and the experiments use only these:
 
@@ -60,6 +63,10 @@ _API = {
     "paper_setup_rows": "hbpe.training.model.paper_flops",
     "render_ffn_readings": "hbpe.training.model.paper_flops",
     "render_paper_setup": "hbpe.training.model.paper_flops",
+    # schemes (`model.io`): a new one subclasses SchemeSpec and registers it
+    "SchemeSpec": "hbpe.training.schemes.registry",
+    "register_scheme": "hbpe.training.schemes.registry",
+    "scheme_spec": "hbpe.training.schemes.registry",
     # the pieces an experiment combines (hbpe/experiments): batches of a scheme, patching measured on shards
     "scheme_for": "hbpe.training.checkpoint.load",
     "vocabulary_bytes": "hbpe.training.data.schemes",

@@ -68,7 +68,7 @@ def test_sizes_within_every_bound_but_not_the_weights_file_are_refused_before_bu
 def test_config_bounds_name_the_limit():
     with pytest.raises(ConfigError, match=r"model\.latent_dim=1000000000: must be at most 65536; e\.g\."):
         model_config("tiny", latent_dim=10**9)
-    with pytest.raises(ConfigError, match=r"model\.patch_max_bytes=100000: must be at most 1024"):
+    with pytest.raises(ConfigError, match=r"model\.patching\.max_bytes=100000: must be at most 1024"):
         model_config("tiny", patch_max_bytes=100_000)
     assert model_config("medium").latent_dim == 1024  # the shipped sizes are far inside
 

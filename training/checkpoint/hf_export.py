@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hbpe.schemas.errors import ConfigError
+from hbpe.training.schemes.registry import scheme_spec
 
 HF_SOURCES = ("configuration_hbpe.py", "modeling_hbpe.py", "tokenization_hbpe.py")
 CONFIG_FILE = "config.json"
@@ -41,7 +42,7 @@ _SHAPE = (
 
 def check_hf_exportable(cfg: Any) -> None:
     """Only model.io=hierarchical has an HF class (modeling_hbpe.py)."""
-    if cfg.io != "hierarchical":
+    if not scheme_spec(cfg).tokenizer_patches:
         raise ConfigError(
             f"hbpe export --format hf: the checkpoint is a model.io={cfg.io} model; only the hierarchical (BPE-patch) "
             "model has a transformers class: export it without --format hf (hbpe eval/generate read that)"

@@ -12,6 +12,7 @@ from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.training.checkpoint.load import load_model, scheme_for
 from hbpe.training.data.loader import build_dataloader, check_compatible, read_manifest, stop_downloads
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
+from hbpe.training.schemes.registry import scheme_spec
 
 
 def check_finite_bpb(
@@ -119,7 +120,7 @@ def evaluate(
         "symbols_per_patch": symbols / max(text_patches, 1),  # predicted symbols (EOD patches included)
         "bytes": nbytes,
         "symbols": symbols,
-        "max_patch_size": tok.max_patch_size if model.cfg.io == "hierarchical" else None,
+        "max_patch_size": tok.max_patch_size if scheme_spec(model.cfg).tokenizer_patches else None,
         "io": meta["model"]["io"],
         "device": str(device),
     }
