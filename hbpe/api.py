@@ -216,7 +216,7 @@ def evaluate(
     progress: bool = False,
 ) -> EvalResult:
     """Bits per byte (and loss, bytes, patches) of a model on a shard directory, every sample in order (or the first
-    `max_batches` batches); `progress`: a progress bar on stderr."""
+    `max_batches` batches); `progress`: a progress line on stderr."""
     from hbpe.training import evaluate as run
     from hbpe.training import resolve_device
 

@@ -52,7 +52,8 @@ def run_demo(
 
     `eval_batches`: held-out batches the run's final eval and step 5 read (default: all of them);
     `pipeline_args` go to both Beam conversions (default: DirectRunner on all local cores);
-    `progress`: the conversions' progress bars on stderr.
+    `progress`: progress on stderr for the conversions, the training and the eval (live on a terminal, else a
+    line every HBPE_PROGRESS_INTERVAL seconds).
     """
     if eval_batches is not None and (isinstance(eval_batches, bool) or eval_batches < 1):
         raise ConfigError(f"eval_batches={eval_batches!r}: must be >= 1 (held-out batches), or None for all of them")
@@ -71,13 +72,17 @@ def run_demo(
     )
 
     train_dir = out / "train"
-    on_step(f"[4/6] training the tiny model on CPU for {train_batches} batches (about a minute) ...")
-    r = api.train("tiny", _train_overrides(shards, train_dir, train_batches, eval_batches)).as_dict()
+    on_step(
+        f"[4/6] training the tiny model for {train_batches} batches: minutes, how many depends on this machine's "
+        f"cores and load{' (the progress line below shows the time left)' if progress else ''} ..."
+    )
+    overrides = {**_train_overrides(shards, train_dir, train_batches, eval_batches), "console": progress}
+    r = api.train("tiny", overrides).as_dict()
     thr = r["throughput"]
     on_step(
         f"[4/6] train tiny ({r['params'] / 1e6:.2f}M params) on {r['device']}: {r['batches']} batches in {r['wall_s']:.0f}s, {thr['bytes_per_sec'] / 1e3:.1f} KB/s, {thr['patches_per_sec']:.0f} patches/s -> {train_dir}"
     )
-    ev = api.evaluate(train_dir, shards["eval"], max_batches=eval_batches, device="cpu").as_dict()
+    ev = api.evaluate(train_dir, shards["eval"], max_batches=eval_batches, device="cpu", progress=progress).as_dict()
     on_step(
         f"[5/6] eval on held-out shards: BPB {ev['bpb']:.3f}, {ev['bytes_per_patch']:.2f} bytes/patch, {ev['symbols_per_patch']:.2f} symbols/patch"
     )
@@ -107,7 +112,7 @@ def _train_overrides(
         "eval_interval": f"{train_batches}ba",
         "save_interval": f"{train_batches}ba",
         "log_interval": "50ba",
-        "console": False,
+        "console": False,  # run_demo turns the progress line on
         "save_overwrite": True,  # a rerun of the demo replaces its previous run
         "eval_subset_num_batches": -1 if eval_batches is None else eval_batches,  # 0: the config says why not
     }

@@ -447,8 +447,8 @@ class ModelConfig(_Section):
     # the same shards: "bpe" (embedding matrix), "bytes" (byte level), "space" / "entropy" (byte patches)
     io: str = "hierarchical"
     tie_embeddings: bool = True  # BPE baseline: one matrix for input embedding and output head, as in the paper
-    dropout: float = 0.0
-    rope_theta: float = 10000.0
+    dropout: float = 0.0  # dropout probability in every transformer block
+    rope_theta: float = 10000.0  # RoPE's base
     max_patches: int = 4096  # longest latent context (RoPE has no table to outgrow; used for checks)
     # the byte-patch baselines' settings (space, entropy), a section of their own: the fields above are the
     # network's shape, these the patcher's; older configs and runs give them flat (FLAT_PATCHING_KEYS)
@@ -619,17 +619,17 @@ class DataConfig(_Section):
     streams: tuple[StreamConfig, ...] | None = None  # several training streams, each with its weight
     tokenizer: str | None = None  # default: the (first) training shards' own tokenizer copy
     max_patch_size: int | None = None  # re-patch `tokens` with another S (same first stage)
-    mode: str | None = None
+    mode: str | None = None  # with data.max_patch_size: "full" or "minimal" merges (default: the tokenizer's)
     cache_dir: str | None = None  # streaming's local cache (default: under the save folder)
-    shuffle: bool = True
-    shuffle_seed: int = 17
-    num_workers: int = 0
+    shuffle: bool = True  # shuffle the training samples (streaming's shuffle)
+    shuffle_seed: int = 17  # the sample order's seed (with the shards, weights and shuffle_algo)
+    num_workers: int = 0  # dataloader worker processes per rank (0: in the training process)
     # streaming's knobs (null: streaming's own default). num_canonical_nodes null = the number of nodes of the
     # run that starts (64x that for py1s/py2s); it is saved in checkpoints, so a resumed run keeps its order
     num_canonical_nodes: int | None = None
     predownload: int | None = None  # samples each worker downloads ahead (null: 8 x the device batch)
     cache_limit: int | str | None = None  # bytes or `10gb`: evict cached shards beyond it (null: keep all)
-    shuffle_algo: str = "py1e"
+    shuffle_algo: str = "py1e"  # streaming's shuffle algorithm: py1e, py1br, py1s, py2s or naive
     shuffle_block_size: int | None = None  # null: max(4_000_000 // num_canonical_nodes, 2**18)
     epoch_size: int | None = None  # samples per epoch drawn across the streams (null: by their weights)
 
@@ -720,13 +720,13 @@ LOSS_NORMALIZATIONS = ("symbol", "byte")  # optim.loss_normalization
 class OptimConfig(_Section):
     _section: ClassVar[str] = "optim"
 
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-8
-    weight_decay: float = 0.1
-    warmup: str = "10ba"
+    lr: float = 1e-3  # AdamW's peak learning rate
+    betas: tuple[float, float] = (0.9, 0.95)  # AdamW's moment decays
+    eps: float = 1e-8  # AdamW's epsilon
+    weight_decay: float = 0.1  # AdamW's decoupled weight decay (see decay_embeddings)
+    warmup: str = "10ba"  # linear warm-up, in max_duration's unit or a fraction (0.05dur)
     schedule: str = "cosine"  # "cosine" (to alpha_f * lr) or "constant"
-    alpha_f: float = 0.1
+    alpha_f: float = 0.1  # the cosine schedule ends at alpha_f * lr
     grad_clip_norm: float = 1.0  # 0 turns clipping off
     # autoresume with another max_duration than the run's: a cosine schedule (or a warm-up in dur) is laid over the
     # new length, and the learning rate jumps to its value at the checkpoint's batch; refused unless this is true
@@ -758,33 +758,34 @@ class OptimConfig(_Section):
 
 @dataclass(frozen=True)
 class TrainConfig(_Section):
-    run_name: str = "hbpe"
-    seed: int = 17
-    model_size: str = "tiny"
+    run_name: str = "hbpe"  # the run's name in logs and trackers (and runs/<run_name> for a bucket run)
+    seed: int = 17  # weights' initialization and every other random choice (0..2**32-1)
+    model_size: str = "tiny"  # the model preset: tiny, small or medium (MODEL_SIZES); model: overrides its sizes
     # given as overrides of the size preset (a mapping: YAML, key=value), kept as the validated ModelConfig they make
     model: ModelConfig = field(default_factory=dict)  # type: ignore[assignment]
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    global_batch_size: int = 8
-    device_microbatch_size: int | str = "auto"
-    max_duration: str = "100ba"
-    eval_interval: str = "50ba"
-    eval_subset_num_batches: int = -1
+    global_batch_size: int = 8  # samples per optimizer step, over every process
+    device_microbatch_size: int | str = "auto"  # samples per forward pass ("auto": Composer finds it on a GPU)
+    max_duration: str = "100ba"  # the run's length in a Composer unit: 100ba, 2ep, 1e6tok
+    eval_interval: str = "50ba"  # evaluate on data.eval every so often (and at the end)
+    eval_subset_num_batches: int = -1  # batches per evaluation (-1: all of data.eval, or data.eval_samples)
     precision: str = "auto"  # "auto": amp_bf16 on GPU, fp32 on CPU
-    device: str = "auto"
+    device: str = "auto"  # auto (a GPU when there is one), cpu, gpu or mps
     # a folder, or a bucket prefix (SAVE_FOLDER_SCHEMES) for the checkpoints and run files; caches and logs then
     # stay local, under runs/<run_name>
     save_folder: str = "runs/train"
-    save_interval: str = "50ba"
-    save_num_checkpoints_to_keep: int = 3
-    autoresume: bool = False
+    save_interval: str = "50ba"  # a checkpoint every so often (and at the end)
+    save_num_checkpoints_to_keep: int = 3  # the newest kept (-1: all)
+    autoresume: bool = False  # continue from save_folder's newest complete checkpoint when there is one
     save_overwrite: bool = False  # replace a previous run's checkpoints in save_folder (Composer's convention)
-    load_path: str | None = None
+    load_path: str | None = None  # a checkpoint to start from (weights, optimizer and position)
     fsdp: dict[str, Any] | None = None  # e.g. {version: 2} or FSDP1 {sharding_strategy: FULL_SHARD, ...}
-    activation_checkpointing: bool = False
-    log_interval: str = "10ba"
-    console: bool = True  # Composer's console logger (metrics every log_interval, eval progress)
-    log_file: str | None = "train.log"
+    activation_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
+    log_interval: str = "10ba"  # how often metrics go to the loggers (and to console_metrics)
+    console: bool = True  # a progress line on stderr: batches, loss, BPB, KB/s, time left; each eval's BPB
+    console_metrics: bool = False  # Composer's console logger too: every metric every log_interval, as blocks
+    log_file: str | None = "train.log"  # Composer's log of every metric, in the save folder (null: none)
     # experiment trackers, Composer's loggers by name with their arguments: {tensorboard: {log_dir: ...}, wandb:
     # {project: ...}, mlflow: {tracking_uri: ...}} (null arguments: the defaults); training/train/loggers.py builds them
     loggers: dict[str, Any] = field(default_factory=dict)

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from hbpe.cli import (
     bench,
     common,
+    config,
     convert,
     demo,
     evaluate,
@@ -65,6 +66,8 @@ COMMANDS = {
     ("checkpoint",): (export, "checkpoint_group"),
     ("checkpoint", "consolidate"): (export, "checkpoint_consolidate_cmd"),
     ("plot",): (plot, "plot_cmd"),
+    ("config",): (config, "config_group"),
+    ("config", "show"): (config, "config_show_cmd"),
 }
 
 
@@ -331,7 +334,7 @@ REPORTING = {
     ("demo",), ("tokenizer", "train"), ("tokenizer", "train-bpe"), ("tokenizer", "info"), ("tokenizer", "stats"),
     ("convert",), ("shards", "inspect"), ("shards", "verify"), ("shards", "export-text"), ("shards", "stats"),
     ("train",), ("eval",), ("generate",), ("export",), ("checkpoint", "consolidate"), ("eval-tasks",), ("flops",),
-    ("plot",),
+    ("plot",), ("config", "show"),
     ("experiment",), ("bench", "tokenizer"), ("bench", "sweep"), ("bench", "first-stage"), ("bench", "convert"),
     ("bench", "train"), ("bench", "generate"),
 }  # fmt: skip

@@ -15,14 +15,27 @@ from __future__ import annotations
 import click
 
 import hbpe
-from hbpe.cli import bench, convert, demo, evaluate, experiment, export, generate, plot, shards, tokenizer, train
+from hbpe.cli import (
+    bench,
+    config,
+    convert,
+    demo,
+    evaluate,
+    experiment,
+    export,
+    generate,
+    plot,
+    shards,
+    tokenizer,
+    train,
+)
 from hbpe.cli.common import CONTEXT_SETTINGS, Group, set_verbosity
 
 
 @click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
 @click.version_option(hbpe.__version__, prog_name="hbpe")
 @click.option("--verbose", "-v", is_flag=True, help="Log hbpe's INFO and DEBUG lines on stderr.")
-@click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors: no progress bars or progress lines.")
+@click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors (libraries: errors): no progress lines.")
 @click.pass_context
 def main(ctx: click.Context, verbose: bool, quiet: bool) -> None:
     """hbpe: hierarchical BPE tokenizers, MDS shards, and hierarchical patch LMs.
@@ -54,6 +67,7 @@ for _command in (
     export.export_cmd,
     export.checkpoint_group,
     plot.plot_cmd,
+    config.config_group,
     experiment.flops_cmd,
     experiment.experiment_cmd,
     bench.bench,

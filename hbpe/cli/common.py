@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 import click
 
+from hbpe.pipeline.library_chatter import quiet_libraries
 from hbpe.schemas.errors import ConfigError, HbpeError, debug_traceback, internal_error_line, one_line, os_problem
 from hbpe.schemas.locations import check_location, check_output_prefix, is_uri
 
@@ -228,7 +229,7 @@ def set_verbosity(ctx: click.Context, *, verbose: bool, quiet: bool) -> None:
     """Apply `hbpe -v` / `hbpe -q` for this invocation (each one starts from the default again).
 
     default: the `hbpe` logger as Python leaves it (warnings only); -v: DEBUG and up on stderr;
-    -q: warnings only, no progress bars, no progress lines.
+    -q: hbpe's warnings only, no progress bars, no progress lines, the libraries' errors only.
     """
     if verbose and quiet:
         raise click.UsageError("--verbose and --quiet exclude each other: pass one")
@@ -241,6 +242,7 @@ def set_verbosity(ctx: click.Context, *, verbose: bool, quiet: bool) -> None:
     if verbose:
         root.addHandler(_HANDLER)
     ctx.meta[_QUIET], ctx.meta[_VERBOSE] = quiet, verbose
+    quiet_libraries(quiet)  # -q: MLflow's INFO lines, torch's and Composer's warnings too
 
 
 def is_quiet() -> bool:
@@ -262,8 +264,8 @@ def say(line: str) -> None:
 
 
 def quiet_console(overrides: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """A training config's overrides; with `hbpe -q`, Composer's console metric lines are off too (the last
-    override wins)."""
+    """A training config's overrides; with `hbpe -q`, training's progress line is off too (the last override
+    wins)."""
     return (*overrides, "console=false") if is_quiet() else tuple(overrides)
 
 

@@ -3,7 +3,6 @@ Table 3, hbpe.api.score_tasks)."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
@@ -31,8 +30,8 @@ from hbpe.cli.common import (
 @click.option(
     "--progress/--no-progress",
     default=None,
-    show_default="when stderr is a terminal, never with hbpe -q",
-    help="A progress bar on stderr.",
+    show_default="on, never with hbpe -q",
+    help="A progress line on stderr: live on a terminal, else a line every HBPE_PROGRESS_INTERVAL seconds (30).",
 )
 @json_option()
 def eval_cmd(
@@ -56,7 +55,7 @@ def eval_cmd(
     resolve_device(device)  # a wrong --device is refused before anything is read
     check_local_paths("--checkpoint", checkpoint)
     check_local_paths("--data", data)
-    show = False if is_quiet() else sys.stderr.isatty() if progress is None else progress  # -q wins
+    show = not is_quiet() and progress is not False  # -q wins
     r = api.evaluate(checkpoint, data, batch_size=batch_size, max_batches=max_batches, device=device, progress=show)
     emit(r.as_dict(), as_json, _render_eval)
 

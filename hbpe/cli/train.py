@@ -66,6 +66,10 @@ def train_cmd(
 ) -> None:
     """Train from a YAML config (a path or tiny/small/medium) with key=value overrides.
 
+    Every key with its value, type and help: `hbpe config show tiny`. A config may build on others
+    (`base: tiny` or `base: [common.yaml, gpu.yaml]`, relative to it). In a log, progress is a line
+    every HBPE_PROGRESS_INTERVAL seconds (30); console_metrics=true adds Composer's metric blocks.
+
     \b
     Example:
       hbpe train tiny data.train=runs/demo/shards-train data.eval=runs/demo/shards-eval max_duration=20ba save_folder=/tmp/run
