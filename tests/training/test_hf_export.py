@@ -151,6 +151,9 @@ def test_readme_example_runs_and_round_trips_through_save_pretrained(hf_dir, tmp
     hbpe_tok = artifact.load(hf_dir / "tokenizer")
     assert env["ids"] == hbpe_tok.encode(env["text"]).tolist()
     assert 0.5 < env["bpb"] < 8.0
+    assert [t[: len(p)] for t, p in zip(env["texts"], ["Fellow citizens,", "The"])] == ["Fellow citizens,", "The"]
+    assert all(len(t) > len("Fellow citizens,") for t in env["texts"]) and 0 < float(env["loss"]) < 10
+    assert env["generated"][0]["generated_text"].startswith("Fellow citizens,")
     # save_pretrained -> from_pretrained: the same classes, the same numbers
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "saved", trust_remote_code=True).eval()
     tok2 = transformers.AutoTokenizer.from_pretrained(tmp_path / "saved", trust_remote_code=True)
