@@ -3,11 +3,14 @@
 One folder serves both: everything `hbpe export` writes (hbpe_model.json, model.safetensors,
 tokenizer/; `hbpe eval`/`generate` read it as before) plus what transformers reads:
 
-    DIR/config.json              model_type "hbpe", auto_map -> the classes below, the model's shape
+    DIR/config.json              model_type "hbpe", auto_map -> the classes below, the model's shape, eos/pad
+                                 (the first stage's end-of-text id) and hbpe's whole ModelConfig (`hbpe_model`,
+                                 which save_pretrained keeps: hbpe reads such a copy by it, hf_load.py)
     DIR/configuration_hbpe.py    HbpeConfig        (training/checkpoint/hf/, copied verbatim: they import no hbpe,
     DIR/modeling_hbpe.py         HbpeForCausalLM    so the folder loads where hbpe is not installed)
+    DIR/generation_hbpe.py       its generate()
     DIR/tokenization_hbpe.py     HbpeTokenizer
-    DIR/tokenizer_config.json    AutoTokenizer's entry: auto_map -> HbpeTokenizer, which reads tokenizer/
+    DIR/tokenizer_config.json    AutoTokenizer's entry: auto_map -> HbpeTokenizer, which reads tokenizer/; eos, pad
 
 model.safetensors carries the metadata {"format": "pt"} transformers requires (it refuses any other);
 hbpe checks the file by its sha256 in hbpe_model.json, not by that field. Only the paper's model

@@ -4,10 +4,12 @@
     h_t = f_theta(e_1..e_t)          # latent, causal over patches
     logits of patch t+1 = m_psi(patch_{t+1}^{<s}, h_t)   # io.decoder (LocalDecoder), teacher-forced
 
-The model is not token-in/token-out: its input is `patches` (B, T, S), the second-stage symbols
-of T first-stage tokens, PAD(257)-padded to S, exactly what hbpe trains on (HbpeTokenizer's
-`patches` gives them). Its output `logits` (B, T-1, S, V') are, for t = 1..T-1, the distributions
-of the S symbols of patch t+1 given patches 1..t and the symbols of patch t+1 before each.
+One first-stage token is one patch: the model takes token ids (`input_ids`, the tokenizer's), maps
+each to its patch (the second-stage symbols of the token, PAD(257)-padded to S) through its
+tokenizer, and puts the document marker patch [EOD] before each row, as hbpe's documents start.
+`logits` (B, T, S, V') are the distributions of the S symbols of token t's patch given the marker,
+tokens < t and the symbols of its patch before each. `patches` (B, T, S), hbpe's own batch layout,
+is accepted as well. generate() is generation_hbpe.py's.
 
 Shipped verbatim in `hbpe export --format hf` folders: a copy of hbpe's training/layers.py and
 local_models.py that imports only torch and transformers (training/checkpoint/hf/__init__.py). Parameter
