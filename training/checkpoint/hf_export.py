@@ -30,6 +30,7 @@ from hbpe.schemas.errors import ConfigError
 HF_SOURCES = ("configuration_hbpe.py", "modeling_hbpe.py", "generation_hbpe.py", "tokenization_hbpe.py")
 CONFIG_FILE = "config.json"
 HBPE_MODEL_KEY = "hbpe_model"  # config.json's copy of hbpe's ModelConfig
+EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>")  # the first stage's document end (gpt2 and friends, llama3)
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 # what `save_pretrained` of the model or tokenizer may add beside them: an earlier HF export's files
 HF_FILES = (*HF_SOURCES, CONFIG_FILE, TOKENIZER_CONFIG_FILE, "special_tokens_map.json", "generation_config.json")
@@ -54,12 +55,11 @@ def check_hf_exportable(cfg: Any) -> None:
 
 
 def eos_token(tok: Any) -> tuple[str, int]:
-    """The first stage's end-of-text token and id: eos and pad of the HF folder, the document marker EOD to the model
-    (the shipped tokenizer's rule; imported here, not at the top: it imports transformers)."""
-    from hbpe.training.checkpoint.hf.tokenization_hbpe import eos_token_of
-
+    """The first stage's end-of-text token and id: eos and pad of the HF folder, the document marker EOD to the model.
+    The shipped tokenizer's rule (hf/tokenization_hbpe.py `eos_token_of`, which cannot import hbpe; not imported
+    from there: it imports transformers); test_hf_export checks that both name the same id."""
     specials = tok.encoding._special_tokens
-    name = eos_token_of(specials)
+    name = next((n for n in EOS_NAMES if n in specials), None) or min(specials, key=specials.get)
     return name, specials[name]
 
 

@@ -173,8 +173,9 @@ class PatchCache:
         for b, (row, ids) in enumerate(zip(self.rows, new)):
             if b in advance:
                 continue
-            if row.done:
-                emit[b] = self.eos  # generate() pads a finished row
+            if row.done or ids == [self.eos] != row.expect:  # generate() pads a row it finished (eos_token_id)
+                row.done = True
+                emit[b] = self.eos
             elif ids == row.expect:
                 row.fed, row.expect = row.fed + ids, []
                 if row.queue:

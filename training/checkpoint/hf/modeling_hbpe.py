@@ -371,8 +371,10 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
         config = copy.deepcopy(generation_config if generation_config is not None else self.generation_config)
         config.update(**kwargs)
         self._sampling = Sampling.of(config)
-        if tokenizer is not None and getattr(tokenizer, "token_patch", None) is not None:
-            self.hbpe_tokenizer = tokenizer
+        if tokenizer is not None:  # transformers reads it for stop_strings; this model maps ids to patches with it
+            kwargs["tokenizer"] = tokenizer
+            if getattr(tokenizer, "token_patch", None) is not None:
+                self.hbpe_tokenizer = tokenizer
         ids = inputs if inputs is not None else kwargs.get("input_ids")
         try:
             with op_threads(self, 1 if ids is None else ids.shape[0]):
