@@ -242,7 +242,8 @@ class PatchCache:
         dev = m.device
         counts = torch.tensor([len(advance.get(b, ())) for b in range(B)])
         L = int(counts.max())
-        patches = torch.full((B, L, self.S), PAD, dtype=torch.long)
+        n = max(len(p) for ps in advance.values() for p in ps)  # PAD columns past the longest patch change nothing
+        patches = torch.full((B, L, n), PAD, dtype=torch.long)
         for b, ps in advance.items():
             for j, p in enumerate(ps):
                 patches[b, j, : len(p)] = torch.tensor(p)

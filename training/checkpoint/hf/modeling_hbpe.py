@@ -19,6 +19,7 @@ names equal hbpe's, so one model.safetensors serves `hbpe eval` and transformers
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -42,11 +43,17 @@ class RMSNorm(nn.Module):
         return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
 
+@functools.lru_cache(maxsize=64)
+def _inverse_frequencies(dh: int, theta: float, device: torch.device) -> torch.Tensor:
+    """RoPE's (Dh/2,) frequencies, computed once per shape and device (generate() calls rope for every symbol)."""
+    return 1.0 / (theta ** (torch.arange(0, dh, 2, device=device, dtype=torch.float32) / dh))
+
+
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
     """Rotary embedding of x (B, H, L, Dh) at integer positions (L,), or (B, L): each row its own."""
-    dh = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, dh, 2, device=x.device, dtype=torch.float32) / dh))
-    ang = positions.to(torch.float32)[..., None] * inv  # (L, Dh/2) or (B, L, Dh/2)
+    ang = positions.to(torch.float32)[..., None] * _inverse_frequencies(
+        x.shape[-1], theta, x.device
+    )  # (L or B, L, Dh/2)
     if ang.dim() == 3:
         ang = ang[:, None]  # (B, 1, L, Dh/2): over the heads
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
