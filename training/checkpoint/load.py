@@ -1,9 +1,9 @@
 """Load a trained model for eval and generation, safely, from whatever hbpe writes.
 
 `load_model` reads a monolithic Composer `.pt` (safe_load.py: no pickled code runs), a sharded
-FSDP2 checkpoint folder (sharded.py reads its model weights in one process), a save folder, or
-a `hbpe export` directory (export_format.py: safetensors, no pickle at all), local or in a
-bucket (remote.py). An io=entropy model's entropy model is loaded on demand
+FSDP2 checkpoint folder (sharded.py reads its model weights in one process), a save folder,
+a `hbpe export` directory (export_format.py: safetensors, no pickle at all), or a transformers
+`save_pretrained` folder of one (hf_load.py), local or in a bucket (remote.py). An io=entropy model's entropy model is loaded on demand
 (`load_entropy_model`, `scheme_for`): the batch builders never load checkpoints themselves.
 """
 
@@ -19,8 +19,10 @@ from hbpe.schemas.errors import ArtifactError, ConfigError, file_problem
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.checkpoint.entropy_files import locate_entropy_model
 from hbpe.training.checkpoint.export_format import load_exported, weights_sha256
+from hbpe.training.checkpoint.hf_export import CONFIG_FILE
+from hbpe.training.checkpoint.hf_load import is_saved_pretrained, load_saved_pretrained
 from hbpe.training.checkpoint.load_checks import check_tokenizer_shape, check_weight_shapes, load_weights
-from hbpe.training.checkpoint.names import MODEL_FILE, TOKENIZER_DIR
+from hbpe.training.checkpoint.names import MODEL_FILE, TOKENIZER_DIR, WEIGHTS_FILE
 from hbpe.training.checkpoint.remote import localized
 from hbpe.training.checkpoint.run_files import RUN_FILE, find_run_dir, read_run_files
 from hbpe.training.checkpoint.safe_load import safe_torch_load
@@ -40,8 +42,10 @@ def resolve_checkpoint(path: str) -> Path:
         latest = p / "latest-rank0.pt"
         if not latest.exists():
             raise ArtifactError(
-                f"{p} holds no latest-rank0.pt; pass a checkpoint file, a sharded checkpoint folder (with .metadata), "
-                "a `hbpe train` save folder or a `hbpe export` directory"
+                f"{p} is not a model folder hbpe reads: it is none of an `hbpe export` directory ({MODEL_FILE}), "
+                f"a transformers save_pretrained folder ({CONFIG_FILE} and {WEIGHTS_FILE}), an `hbpe train` save "
+                "folder (its latest checkpoint, latest-rank0.pt) or a sharded checkpoint folder (.metadata); pass "
+                "one of those, or a checkpoint file"
             )
         return latest.resolve()
     problem = file_problem(p)
@@ -88,6 +92,8 @@ def load_model(path: str, *, device: str | torch.device = "cpu") -> tuple[PatchL
     p = Path(path)
     if p.is_dir() and (p / MODEL_FILE).is_file():
         return load_exported(p, device=device)
+    if p.is_dir() and is_saved_pretrained(p):
+        return load_saved_pretrained(p, device=device)
     model, tok, meta = _load_checkpoint(path, device)
     run = find_run_dir(str(resolve_checkpoint(path)))
     model.cfg = locate_entropy_model(model.cfg, str(run), source=str(run / RUN_FILE))  # io=entropy: its checked copy
