@@ -8,6 +8,9 @@ The rooms, in data order (each imports only the earlier ones; tests/test_module_
     train/       Composer: the trainer, optimizer, FSDP, loggers and callbacks, calibration, launch
     inference/   evaluate (BPB), generate, zero-shot tasks, Table 1's measured columns
 
+and schemes/, one spec per `model.io` gathering its hooks from those rooms; the rooms ask its registry
+(a leaf), which loads the built-in specs on first use.
+
 The public API is the names below; the CLI and the experiments use only these:
 
 >>> import hbpe.training as hbt
@@ -33,6 +36,7 @@ if __name__ != "hbpe.training":  # `import training` from the repository root wo
 # standard library only
 from hbpe.schemas.train_config import ModelConfig, TrainConfig
 from hbpe.training.inference.zero_shot.tasks import parse_tasks
+from hbpe.training.schemes.registry import SchemeSpec, register_scheme, scheme_spec
 from hbpe.training.train.launch_command import RESULT_FILE_ENV, TrainingInterrupted, launch
 
 if TYPE_CHECKING:  # torch, Composer, omegaconf: imported on first use (the `__getattr__` below reads this block)
@@ -100,6 +104,10 @@ __all__ = [
     "paper_setup_rows",
     "render_ffn_readings",
     "render_paper_setup",
+    # schemes (`model.io`): a new one subclasses SchemeSpec and registers it
+    "SchemeSpec",
+    "register_scheme",
+    "scheme_spec",
     # the pieces an experiment combines (hbpe/experiments): batches of a scheme, patching measured on shards
     "scheme_for",
     "vocabulary_bytes",

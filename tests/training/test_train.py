@@ -66,9 +66,9 @@ def test_autoresume_equals_uninterrupted(sample_shards, tmp_path):
     assert (tmp_path / "cut" / "ep0-ba4-rank0.pt").exists() and not (tmp_path / "cut" / "ep0-ba8-rank0.pt").exists()
     resumed = train(cfg)  # autoresume picks up ep0-ba4 and finishes
     assert (resumed["resumed_at_batch"], resumed["batches"]) == (4, 8)
-    from hbpe.cli_train import _render_train
+    from hbpe.cli.train import render_train
 
-    assert _render_train(resumed).startswith("resumed at batch 4, trained to batch 8 in ")
+    assert render_train(resumed).startswith("resumed at batch 4, trained to batch 8 in ")
     # the first session's log is kept beside the resumed session's (Composer's FileLogger truncates)
     first_log, second_log = (tmp_path / "cut" / "train.log.1").read_text(), (tmp_path / "cut" / "train.log").read_text()
     assert "[batch=1]" in first_log and "[batch=1]" not in second_log and "[batch=8]" in second_log

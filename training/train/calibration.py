@@ -2,7 +2,7 @@
 
 The run's S is decided once, by `resolve_tokenizer`: the shards' tokenizer, or another second stage
 over the same first stage (`data.max_patch_size` / `data.mode`, or a `data.tokenizer` of another S),
-said in a warning and recorded; `model.entropy_target_bytes` chooses the entropy threshold on the
+said in a warning and recorded; `model.patching.entropy_target_bytes` chooses the entropy threshold on the
 first training samples, so the mean patch length reaches the target. Both are recorded in
 hbpe_run.json, so eval, generation and autoresume cut the same patches.
 """
@@ -25,11 +25,12 @@ from hbpe.schemas.manifest import Manifest
 from hbpe.schemas.symbols import EOD
 from hbpe.schemas.train_config import TrainConfig
 from hbpe.training.checkpoint.load import load_entropy_model, resolve_entropy_model
-from hbpe.training.data.byte_patching import entropy_starts, patch_limit, patch_starts, sample_units
+from hbpe.training.data.byte_patching import entropy_starts, patch_starts, sample_units
 from hbpe.training.data.loader import check_compatible
 from hbpe.training.data.schemes import vocabulary_bytes
 from hbpe.training.data.token_rows import read_token_rows
 from hbpe.training.model.entropy_model import EntropyModel
+from hbpe.training.schemes.registry import scheme_spec
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,8 @@ def choose_threshold(
     reach = mean_patch_bytes(units, contexts, entropies, float(values[-1]), max_bytes)
     if target_bytes > reach:
         raise ConfigError(
-            f"model.entropy_target_bytes={target_bytes}: the longest mean patch these samples allow is {reach:.2f} bytes "
+            f"model.patching.entropy_target_bytes={target_bytes}: the longest mean patch these samples allow is "
+            f"{reach:.2f} bytes "
             f"(limit {max_bytes} bytes per patch); ask for less or raise the limit"
         )
     lo, hi = 0, len(values) - 1
@@ -89,7 +91,7 @@ CALIBRATION_SAMPLES = 64  # ~36 KB of text at seq_len 128: the threshold moves <
 def threshold_on_shards(
     model_cfg, tok, shards: str, entropy: EntropyModel, *, samples: int = CALIBRATION_SAMPLES
 ) -> float:
-    """The threshold reaching `model_cfg.entropy_target_bytes` on the first `samples` samples of `shards`.
+    """The threshold reaching `model_cfg.patching.entropy_target_bytes` on the first `samples` samples of `shards`.
 
     Stored order, not shuffled: every rerun (and autoresume) chooses the same value.
     """
@@ -99,14 +101,16 @@ def threshold_on_shards(
     cut = [sample_units(r, vocab) for r in rows]
     units = [s.units for s in cut]
     ents = [e for i in range(0, len(units), 16) for e in entropy.entropies(units[i : i + 16])]
-    limit = patch_limit(model_cfg)
+    limit = scheme_spec(model_cfg).max_patch_bytes(model_cfg)
     contexts = [s.context for s in cut]
-    threshold = choose_threshold(units, contexts, ents, target_bytes=model_cfg.entropy_target_bytes, max_bytes=limit)
+    threshold = choose_threshold(
+        units, contexts, ents, target_bytes=model_cfg.patching.entropy_target_bytes, max_bytes=limit
+    )
     log.info(
         "entropy threshold %.4f nats: mean patch %.2f bytes (asked %.2f) on %d samples of %s",
         threshold,
         mean_patch_bytes(units, contexts, ents, threshold, limit),
-        model_cfg.entropy_target_bytes,
+        model_cfg.patching.entropy_target_bytes,
         len(cut),
         shards,
     )
@@ -170,7 +174,7 @@ def resolve_tokenizer(
 
 
 def resolve_entropy_threshold(cfg: TrainConfig, tok: HierarchicalTokenizer) -> tuple[TrainConfig, Any | None]:
-    """(cfg with model.entropy_threshold set, the loaded EntropyModel) for io=entropy; (cfg, None) otherwise.
+    """(cfg with model.patching.entropy_threshold set, the loaded EntropyModel) for io=entropy; (cfg, None) otherwise.
 
     A threshold asked for as a mean patch length is chosen on the training shards and written
     into the config: hbpe_run.json records it for eval and generation, and autoresume, which
@@ -179,14 +183,13 @@ def resolve_entropy_threshold(cfg: TrainConfig, tok: HierarchicalTokenizer) -> t
     """
 
     model_cfg = cfg.model
-    if model_cfg.io != "entropy":
+    if not scheme_spec(model_cfg).uses_entropy_model:
         return cfg, None
 
-    entropy = load_entropy_model(model_cfg.entropy_model)
+    entropy = load_entropy_model(model_cfg.patching.entropy_model)
     resolved = resolve_entropy_model(model_cfg, entropy)
-    recorded = {"entropy_model": resolved.entropy_model, "entropy_model_sha256": resolved.entropy_model_sha256}
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **recorded))
-    if model_cfg.entropy_threshold is not None:
+    cfg = dataclasses.replace(cfg, model=resolved)
+    if model_cfg.patching.entropy_threshold is not None:
         return cfg, entropy
     threshold = threshold_on_shards(model_cfg, tok, cfg.data.train_sources[0], entropy)
-    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, entropy_threshold=threshold)), entropy
+    return dataclasses.replace(cfg, model=cfg.model.with_patching(entropy_threshold=threshold)), entropy

@@ -31,7 +31,7 @@ from hbpe.training.data.streams import build_dataloaders, cache_root, claim_cach
 from hbpe.training.model.devices import composer_device
 from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
 from hbpe.training.train.calibration import resolve_entropy_threshold, resolve_tokenizer
-from hbpe.training.train.callbacks import ThroughputMeter
+from hbpe.training.train.callbacks import ThroughputMeter, TrainProgress
 from hbpe.training.train.composer_model import HierarchicalComposerModel
 from hbpe.training.train.launch_command import rendezvous_marked
 from hbpe.training.train.loggers import build_callbacks, build_loggers
@@ -194,7 +194,7 @@ def _trainer_kwargs(
         **_load_kwargs(cfg, resume_from),
         progress_bar=False,
         load_progress_bar=False,  # a checkpoint downloaded from a bucket (resume, load_path): no bar either
-        log_to_console=cfg.console,
+        log_to_console=cfg.console_metrics,
         console_log_interval=cfg.log_interval,
         python_log_level=None,
     )
@@ -308,7 +308,7 @@ def build_run(
     meter = ThroughputMeter()
     trainer, model = _trainer(
         plan,
-        callbacks=[*config_callbacks, meter, *(callbacks or [])],
+        callbacks=[*config_callbacks, meter, *([TrainProgress()] if cfg.console else []), *(callbacks or [])],
         loggers=[*config_loggers, *(loggers or [])],
         eval_enabled=eval_enabled,
         save_enabled=save_enabled,
