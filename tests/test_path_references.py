@@ -20,6 +20,10 @@ from tests.conftest import REPO
 ROOTS = ("training", "pipeline", "schemas", "hbpe", "infra", "tests", "docs")
 # a path: a root, then folders and a name; `*` and `{}` make a pattern (hbpe/cli*.py), which is not checked
 _PATH = re.compile(r"(?<![\w./*-])((?:" + "|".join(ROOTS) + r")/[\w./*{}-]*[\w*}])")
+# a part in capitals stands for any name (training/schemes/NAME.py), unless it is one of these files
+_PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*")
+_CAPITALISED_FILES = ("README", "LICENSE", "CHANGELOG", "SPEC", "STYLE")
+GENERATED = ("docs/api",)  # folders a make target writes (`make api-docs`), not kept in the repository
 
 
 def _python_prose(source: str) -> list[tuple[int, str]]:
@@ -42,9 +46,14 @@ def _python_prose(source: str) -> list[tuple[int, str]]:
 
 
 def _exists(repo: Path, path: str) -> bool:
-    """`path`, or a module named with an attribute (schemas/locations.SUPPORTED_SCHEMES), or a stem (.../_merge_core)."""
+    """`path`, or a module named with an attribute (schemas/locations.SUPPORTED_SCHEMES), or a stem (.../_merge_core).
+
+    A generated folder, or a path with a placeholder part, counts as there."""
     path = path.rstrip(".")
-    if (repo / path).exists():
+    if (repo / path).exists() or path.startswith(GENERATED):
+        return True
+    stems = [part.split(".")[0] for part in path.split("/")]
+    if any(_PLACEHOLDER.fullmatch(s) and s not in _CAPITALISED_FILES for s in stems):
         return True
     module = path.rsplit(".", 1)[0]
     return (repo / f"{module}.py").exists() or any((repo / path).parent.glob(Path(path).name + ".*"))
@@ -88,9 +97,13 @@ def test_the_check_can_fail(tmp_path):
         "# the sampler: training/sampling.py\n"
         'FIXTURE = "training/absent.py"  # a string in code is not prose\n'
     )
-    (tmp_path / "README.md").write_text("Run `infra/dev/missing.py`; commands in hbpe/cli*.py.\n")
+    (tmp_path / "README.md").write_text(
+        "Run `infra/dev/missing.py`; commands in hbpe/cli*.py, a scheme in training/schemes/NAME.py, the "
+        "API reference in docs/api; see infra/README.md.\n"
+    )
     assert stale_paths(tmp_path) == [
         "README.md:1: infra/dev/missing.py",
+        "README.md:1: infra/README.md",
         "training/model/layers.py:1: training/layers.py",
         "training/model/layers.py:2: training/sampling.py",
     ]
