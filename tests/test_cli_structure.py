@@ -14,42 +14,60 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from hbpe import cli, cli_data, cli_eval, cli_experiment, cli_plot, cli_train
-from hbpe.cli import main
+from hbpe.cli import (
+    bench,
+    common,
+    config,
+    convert,
+    demo,
+    evaluate,
+    experiment,
+    export,
+    generate,
+    main,
+    plot,
+    shards,
+    tokenizer,
+    train,
+)
 from hbpe.schemas.errors import HbpeError
 from tests.conftest import IN_MEMORY_BEAM, REPO, SAMPLE_EN
 
 # command path -> (module, attribute): every command is importable and testable without the group
 COMMANDS = {
-    ("demo",): (cli, "demo"),
-    ("tokenizer", "train"): (cli, "tokenizer_train"),
-    ("tokenizer", "train-bpe"): (cli, "tokenizer_train_bpe"),
-    ("tokenizer", "info"): (cli, "tokenizer_info"),
-    ("tokenizer", "encode"): (cli, "tokenizer_encode"),
-    ("tokenizer", "decode"): (cli, "tokenizer_decode"),
-    ("tokenizer", "stats"): (cli, "tokenizer_stats"),
-    ("convert",): (cli_data, "convert"),
-    ("shards",): (cli_data, "shards"),
-    ("shards", "inspect"): (cli_data, "shards_inspect"),
-    ("shards", "verify"): (cli_data, "shards_verify"),
-    ("shards", "export-text"): (cli_data, "shards_export"),
-    ("shards", "stats"): (cli_data, "shards_stats"),
-    ("train",): (cli_train, "train_cmd"),
-    ("eval",): (cli_train, "eval_cmd"),
-    ("generate",): (cli_train, "generate_cmd"),
-    ("bench", "tokenizer"): (cli, "bench_tokenizer_cmd"),
-    ("bench", "sweep"): (cli, "bench_sweep_cmd"),
-    ("bench", "convert"): (cli_data, "bench_convert"),
-    ("bench", "train"): (cli_train, "bench_train_cmd"),
-    ("bench", "generate"): (cli_train, "bench_generate_cmd"),
-    ("bench", "first-stage"): (cli, "bench_first_stage_cmd"),
-    ("flops",): (cli_experiment, "flops_cmd"),
-    ("experiment",): (cli_experiment, "experiment_cmd"),
-    ("eval-tasks",): (cli_eval, "eval_tasks_cmd"),
-    ("export",): (cli_train, "export_cmd"),
-    ("checkpoint",): (cli_train, "checkpoint_group"),
-    ("checkpoint", "consolidate"): (cli_train, "checkpoint_consolidate_cmd"),
-    ("plot",): (cli_plot, "plot_cmd"),
+    ("demo",): (demo, "demo"),
+    ("tokenizer",): (tokenizer, "tokenizer"),
+    ("tokenizer", "train"): (tokenizer, "tokenizer_train"),
+    ("tokenizer", "train-bpe"): (tokenizer, "tokenizer_train_bpe"),
+    ("tokenizer", "info"): (tokenizer, "tokenizer_info"),
+    ("tokenizer", "encode"): (tokenizer, "tokenizer_encode"),
+    ("tokenizer", "decode"): (tokenizer, "tokenizer_decode"),
+    ("tokenizer", "stats"): (tokenizer, "tokenizer_stats"),
+    ("convert",): (convert, "convert"),
+    ("shards",): (shards, "shards"),
+    ("shards", "inspect"): (shards, "shards_inspect"),
+    ("shards", "verify"): (shards, "shards_verify"),
+    ("shards", "export-text"): (shards, "shards_export"),
+    ("shards", "stats"): (shards, "shards_stats"),
+    ("train",): (train, "train_cmd"),
+    ("eval",): (evaluate, "eval_cmd"),
+    ("generate",): (generate, "generate_cmd"),
+    ("bench",): (bench, "bench"),
+    ("bench", "tokenizer"): (bench, "bench_tokenizer_cmd"),
+    ("bench", "sweep"): (bench, "bench_sweep_cmd"),
+    ("bench", "convert"): (bench, "bench_convert"),
+    ("bench", "train"): (bench, "bench_train_cmd"),
+    ("bench", "generate"): (bench, "bench_generate_cmd"),
+    ("bench", "first-stage"): (bench, "bench_first_stage_cmd"),
+    ("flops",): (experiment, "flops_cmd"),
+    ("experiment",): (experiment, "experiment_cmd"),
+    ("eval-tasks",): (evaluate, "eval_tasks_cmd"),
+    ("export",): (export, "export_cmd"),
+    ("checkpoint",): (export, "checkpoint_group"),
+    ("checkpoint", "consolidate"): (export, "checkpoint_consolidate_cmd"),
+    ("plot",): (plot, "plot_cmd"),
+    ("config",): (config, "config_group"),
+    ("config", "show"): (config, "config_show_cmd"),
 }
 
 
@@ -62,14 +80,13 @@ def _registered(group, prefix=()):
 
 def test_commands_are_module_attributes():
     registered = dict(_registered(main))
-    registered = {path: cmd for path, cmd in registered.items() if path != ("tokenizer",) and path != ("bench",)}
     assert registered.keys() == COMMANDS.keys()
     for path, (module, attr) in COMMANDS.items():
         assert getattr(module, attr) is registered[path], path
 
 
 def test_a_module_level_command_runs_without_the_group(gpt2_tokenizer_dir):
-    r = CliRunner().invoke(cli.tokenizer_encode, ["--tokenizer", str(gpt2_tokenizer_dir)], input=b"hi")
+    r = CliRunner().invoke(tokenizer.tokenizer_encode, ["--tokenizer", str(gpt2_tokenizer_dir)], input=b"hi")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["tokens"] == [5303]
 
@@ -100,9 +117,9 @@ def cli_imports(source: str) -> list[str]:
 
 
 def test_the_layering_check_finds_cli_imports():
-    assert cli_imports("import click\nfrom hbpe.cli_common import _emit\nfrom hbpe import cli, __version__\n") == [
+    assert cli_imports("import click\nfrom hbpe.cli.common import emit\nfrom hbpe import cli, __version__\n") == [
         "click",
-        "hbpe.cli_common",
+        "hbpe.cli.common",
         "hbpe.cli",
     ]
     assert cli_imports("import hbpe\ndef f():\n    from click import echo\n    hbpe.cli.main()\n") == [
@@ -124,11 +141,42 @@ def test_the_demo_reports_without_click():
 
 
 def test_one_json_emitter():
-    """Only cli_common writes `--json` output; the command modules call its `_emit`."""
-    for name in ("cli.py", "cli_data.py", "cli_train.py", "demo.py"):
-        tree = ast.parse((REPO / "hbpe" / name).read_text())
+    """Only hbpe/cli/common.py writes `--json` output; the command modules call its `emit`."""
+    files = [p for p in sorted((REPO / "hbpe" / "cli").glob("*.py")) if p.name != "common.py"]
+    assert len(files) >= 12  # the glob found the command modules
+    for path in [*files, REPO / "hbpe" / "demo.py"]:
+        tree = ast.parse(path.read_text())
         dumps = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "dumps"]
-        assert not dumps, f"hbpe/{name} line {dumps[0].lineno}: json.dumps outside cli_common._emit"
+        assert not dumps, f"{path.relative_to(REPO)} line {dumps[0].lineno}: json.dumps outside hbpe.cli.common.emit"
+
+
+def _front_door_files() -> list[Path]:
+    hbpe_dir = REPO / "hbpe"
+    return [
+        *sorted((hbpe_dir / "cli").glob("*.py")),
+        hbpe_dir / "demo.py",
+        *sorted((hbpe_dir / "experiments").glob("*.py")),
+    ]
+
+
+def test_the_cli_the_demo_and_the_experiments_convert_and_train_through_hbpe_api():
+    """One front door: none of them builds a ConvertConfig or calls run_convert / train_model itself (hbpe.api does)."""
+    files = _front_door_files()
+    assert len(files) > 20  # the globs found the modules
+    for path in files:
+        tree = ast.parse(path.read_text())
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        used |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert not used & {"ConvertConfig", "run_convert", "train_model"}, path.relative_to(REPO)
+
+
+def test_no_module_imports_a_private_name_of_another():
+    """What the command modules share is public in hbpe/cli/common.py (Command, Group, emit, the options)."""
+    for path in _front_door_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hbpe"):
+                private = [a.name for a in node.names if a.name.startswith("_") and a.name != "__version__"]
+                assert not private, f"{path.relative_to(REPO)}:{node.lineno} imports {private} from {node.module}"
 
 
 # --------------------------------------------------------------------------- python -m hbpe.cli
@@ -210,9 +258,9 @@ def test_render_summary_flags_unbalanced_accounting():
         return {"counts": counts.__dict__, "statistics": stats, "seq_len": 8, "max_patch_size": 10, "mode": "full",
                 "shards": ["shard.00000.mds"], "timing": {"wall_time_s": 1.0}}  # fmt: skip
 
-    ok = cli_data.render_summary(manifest(Counts(documents_read=3, documents_written=2, documents_rejected=1)))
+    ok = convert.render_summary(manifest(Counts(documents_read=3, documents_written=2, documents_rejected=1)))
     assert ok.splitlines()[-1] == "accounting               read = written + rejected: OK"
-    bad = cli_data.render_summary(manifest(Counts(documents_read=3, documents_written=1, documents_rejected=1)))
+    bad = convert.render_summary(manifest(Counts(documents_read=3, documents_written=1, documents_rejected=1)))
     assert bad.splitlines()[-1] == "accounting               read = written + rejected: MISMATCH"
 
 
@@ -286,7 +334,7 @@ REPORTING = {
     ("demo",), ("tokenizer", "train"), ("tokenizer", "train-bpe"), ("tokenizer", "info"), ("tokenizer", "stats"),
     ("convert",), ("shards", "inspect"), ("shards", "verify"), ("shards", "export-text"), ("shards", "stats"),
     ("train",), ("eval",), ("generate",), ("export",), ("checkpoint", "consolidate"), ("eval-tasks",), ("flops",),
-    ("plot",),
+    ("plot",), ("config", "show"),
     ("experiment",), ("bench", "tokenizer"), ("bench", "sweep"), ("bench", "first-stage"), ("bench", "convert"),
     ("bench", "train"), ("bench", "generate"),
 }  # fmt: skip
@@ -311,11 +359,9 @@ def _options(cmd):
 
 
 def test_the_reporting_list_covers_every_command():
-    from hbpe.cli_common import _Command
-
     assert {path for path, _ in _leaves()} == REPORTING | NOT_REPORTING
     # every command logs its parameters with -v and names a renamed option's new name
-    assert [path for path, cmd in _leaves() if not isinstance(cmd, _Command)] == []
+    assert [path for path, cmd in _leaves() if not isinstance(cmd, common.Command)] == []
 
 
 @pytest.mark.parametrize("path", sorted(REPORTING | NOT_REPORTING), ids=" ".join)
@@ -404,11 +450,9 @@ def test_a_retired_option_names_its_new_name(args, message):
 @pytest.fixture
 def hbpe_logging_restored():
     """-v attaches a handler to the `hbpe` logger for the rest of the process: take it off after the test."""
-    from hbpe import cli_common
-
     yield
     root = logging.getLogger("hbpe")
-    root.removeHandler(cli_common._HANDLER)
+    root.removeHandler(common._HANDLER)
     root.setLevel(logging.NOTSET)
 
 

@@ -66,7 +66,7 @@ def _script_command(tmp_path, script: str, *args: str) -> list[str]:
 def _check_convert_command(argv: list[str]) -> list[str]:
     """Parse it as `hbpe convert` does (click, then Beam's own parser for the rest); -> the Beam options,
     `--runner` (an hbpe option that hands it on to Beam) included."""
-    from hbpe.cli_data import convert
+    from hbpe.cli.convert import convert
     from hbpe.pipeline.beam.options import check_pipeline_args
 
     assert argv[0] == "convert"
@@ -111,7 +111,7 @@ def test_dask_script_builds_a_valid_command(tmp_path):
 
 
 def _convert_params(argv: list[str]) -> dict:
-    from hbpe.cli_data import convert
+    from hbpe.cli.convert import convert
 
     return convert.make_context("convert", argv[1:]).params
 
@@ -164,11 +164,11 @@ def test_train_dockerfile_installs_the_package_on_the_python_pyproject_requires(
 def _parse_train(argv: list[str]):
     """Parse a command line as `hbpe train` does (click), and check its node flags as `hbpe train` does before it
     starts anything; -> click's parameters."""
-    from hbpe.cli_train import _check_nodes, train_cmd
+    from hbpe.cli.train import check_nodes, train_cmd
 
     assert argv[:1] == ["train"], argv
     p = train_cmd.make_context("train", argv[1:]).params
-    _check_nodes(p["nproc"], p["nnodes"], p["node_rank"], p["master_addr"], p["master_port"])
+    check_nodes(p["nproc"], p["nnodes"], p["node_rank"], p["master_addr"], p["master_port"])
     return p
 
 
@@ -285,7 +285,7 @@ def test_license_file_and_the_setuptools_that_reads_its_metadata():
 
 
 def test_infra_readme_names_the_default_runner_of_convert():
-    from hbpe.cli_data import convert
+    from hbpe.cli.convert import convert
 
     (default,) = [p.default for p in convert.params if p.name == "runner"]
     rows = re.findall(r"^\| ([^|]+?) \(default\) \|", (REPO / "infra" / "README.md").read_text(), re.M)

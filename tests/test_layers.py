@@ -1,5 +1,8 @@
 """The import graph reads in data order: schemas <- pipeline <- training <- the CLI.
 
+None of the three imports the root package `hbpe` (it is the application: its API and CLI);
+even the version they record comes from below (schemas/version.py).
+
 Checked on the source with `ast`, so a new module that imports upward or sideways fails here
 before anyone has to notice it in review.
 """
@@ -13,7 +16,7 @@ import pytest
 
 from tests.conftest import REPO
 
-# folder -> the hbpe packages its modules may import (besides the root's __version__)
+# folder -> the hbpe packages its modules may import (never the root `hbpe`)
 ALLOWED = {
     "schemas": {"hbpe.schemas"},
     "pipeline": {"hbpe.schemas", "hbpe.pipeline"},
@@ -46,7 +49,7 @@ def violations(folder: str) -> list[str]:
             top = name.split(".")[0]
             if name.startswith("hbpe.") or name == "hbpe":
                 pkg = ".".join(name.split(".")[:2])
-                if name not in ("hbpe", "hbpe.__version__") and pkg not in ALLOWED[folder]:
+                if pkg not in ALLOWED[folder]:
                     bad.append(f"{rel} imports {name}")
             elif top in FORBIDDEN[folder] and not (top == "apache_beam" and rel.parts[:2] == ("pipeline", "beam")):
                 bad.append(f"{rel} imports {top}")
@@ -65,10 +68,13 @@ def test_the_check_can_fail(tmp_path, monkeypatch):
     fake.mkdir()
     (fake / "bad.py").write_text(
         "import torch\nfrom hbpe.training.model.patch_lm import PatchLM\nfrom pipeline import x\n"
+        "import hbpe\nfrom hbpe import __version__\n"
     )
     monkeypatch.setattr("tests.test_layers.REPO", tmp_path)
     assert violations("schemas") == [
         "schemas/bad.py imports torch",
         "schemas/bad.py imports hbpe.training.model.patch_lm",
         "schemas/bad.py imports the top-level name pipeline: use hbpe.pipeline",
+        "schemas/bad.py imports hbpe",
+        "schemas/bad.py imports hbpe.__version__",
     ]

@@ -186,7 +186,7 @@ def test_each_rule_can_fail(tmp_path):
             ),
             "training/checkpoint/export.py": "from hbpe.training.checkpoint.load import load_model\n",
             "pipeline/beam/enc.py": "import apache_beam\n",
-            "hbpe/cli.py": "def main():\n    from hbpe.training.checkpoint.load import load_model\n",
+            "hbpe/cli/train.py": "def main():\n    from hbpe.training.checkpoint.load import load_model\n",
         },
     )
     found = imports(repo)

@@ -71,7 +71,7 @@ def test_the_wheel_holds_every_package_and_runs_the_demo_anywhere(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     in_wheel = {n.rsplit("/", 1)[0].replace("/", ".") for n in names if n.endswith("/__init__.py")}
     assert _packages_in_tree() <= in_wheel, sorted(_packages_in_tree() - in_wheel)
-    assert {"hbpe/training/configs/tiny.yaml", "hbpe/sample/en-sotu-sample.jsonl.zst"} <= set(names)
+    assert {"hbpe/training/configs/tiny.yaml", "hbpe/sample/en-sotu-sample.jsonl.zst", "hbpe/py.typed"} <= set(names)
     assert any(n.startswith("hbpe/pipeline/tokenizer/second_stage/_merge_core") for n in names)
 
     venv = tmp_path / "venv"

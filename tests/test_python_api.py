@@ -50,8 +50,8 @@ def test_errors_are_the_commands_errors():
 # the names the README documents (its "From Python" section), by hand: a name dropped from or added to
 # hbpe.__all__ without the README is caught here
 DOCUMENTED = {
-    "convert", "evaluate", "generate", "load_model", "load_tokenizer", "save_tokenizer", "score_tasks", "train",
-    "train_config", "train_tokenizer",
+    "convert", "evaluate", "export", "generate", "load_model", "load_tokenizer", "plot", "save_tokenizer",
+    "score_tasks", "train", "train_config", "train_tokenizer",
 }  # fmt: skip
 
 

@@ -24,6 +24,7 @@ from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.model.flops import batch_train_flops
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
 from hbpe.training.model.patch_lm import PatchLM, VocabSpec, build_model
+from hbpe.training.schemes.registry import scheme_spec
 
 
 def save_token_batches(tok: Any, token_rows: dict[str, np.ndarray], out: Path) -> None:
@@ -117,8 +118,8 @@ def train_steps(
         if step >= timed_from:
             seconds += time.perf_counter() - t
             nbytes += int(batch["target_bytes"].sum())
-            for k, v in batch_train_flops(cfg, batch["tokens"] if cfg.io == "bpe" else batch["patches"],
-                                          vocab_size=model.io.vocab_size).items():  # fmt: skip
+            x = scheme_spec(cfg).latent_input(batch)
+            for k, v in batch_train_flops(cfg, x, vocab_size=model.io.vocab_size).items():
                 flops[k] += v
         loss = float(out)
     result = {

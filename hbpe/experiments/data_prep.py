@@ -16,15 +16,14 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from hbpe import api
 from hbpe.experiments.inputs import combine, content_key, file_key
 from hbpe.experiments.shared_data import resolve_shared
 from hbpe.experiments.spec import ExperimentSpec, FirstStageSpec
 from hbpe.pipeline import storage
-from hbpe.pipeline.beam.convert import run_convert
 from hbpe.pipeline.tokenizer import artifact, first_stage
 from hbpe.pipeline.tokenizer.first_stage_train import count_pretokens, train_first_stage, write_encoding
 from hbpe.pipeline.tokenizer.stats import read_texts
-from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.tokenizer_artifact import SPEC_FILENAMES
 
@@ -125,8 +124,15 @@ def prepare(
             dest = folder / f"shards-{split}"
             if key in stale or not (dest / "COMPLETED").is_file():
                 log.info("first stage %s: converting the %s corpus", key, split)
-                cfg = ConvertConfig(inputs=tuple(files), output=str(dest), tokenizer=str(tok_dir), seq_len=spec.seq_len)
-                run_convert(cfg, list(pipeline_args or []), overwrite=dest.exists(), progress=progress)
+                api.convert(
+                    files,
+                    dest,
+                    tokenizer=tok_dir,
+                    seq_len=spec.seq_len,
+                    overwrite=dest.exists(),
+                    progress=progress,
+                    beam_args=list(pipeline_args or []),
+                )
             shards[split] = dest
         data[key] = StageData(
             tok_dir, shards["train"], shards["eval"], inputs=keys["stages"][key], entropy_train=shards.get("entropy")

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hbpe.experiments.eval_noise import gap_noise
+from hbpe.experiments.seeds import within_noise
 from hbpe.experiments.spec import ExperimentSpec
 
 
@@ -132,6 +133,14 @@ def lr_sweep(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _tied(v: dict[str, Any]) -> str:
+    """' (lr 0.003 within noise)': the rates whose BPB is less than 2 pooled std from the best's (the choice
+    between them is the mean's, not a measured difference)."""
+    at = dict(zip(v["lrs"], v["bpb"], strict=True))
+    tied = [lr for lr in v["lrs"] if lr != v["best"] and within_noise(at[lr], at[v["best"]])]
+    return f" ({', '.join(f'lr {lr:g}' for lr in tied)} within noise)" if tied else ""
+
+
 def lr_lines(sweep: dict[str, Any]) -> list[str]:
     """Markdown: BPB per lr for each model kind, and the override that passes the best ones on."""
     lrs = sorted({lr for v in sweep.values() for lr in v["lrs"]})
@@ -144,7 +153,7 @@ def lr_lines(sweep: dict[str, Any]) -> list[str]:
             "–" if lr not in at else f"{at[lr]['mean']:.4f}" + (f" ± {at[lr]['std']:.4f}" if at[lr]["std"] else "")
             for lr in lrs
         ]
-        lines.append(f"| {io} | " + " | ".join(cells) + f" | {v['best']:g} |")
+        lines.append(f"| {io} | " + " | ".join(cells) + f" | {v['best']:g}{_tied(v)} |")
     chosen = ", ".join(f"{io}: {v['best']:g}" for io, v in sweep.items())
     lines += ["", f"Pass the best rates to the other presets: `io_lr={{{chosen}}}` (e.g. `hbpe experiment ladder-width "
               f"'io_lr={{{chosen}}}'`)."]  # fmt: skip

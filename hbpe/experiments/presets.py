@@ -408,10 +408,23 @@ def preset(name: str, *, train_corpus: tuple[str, ...] = (), eval_corpus: tuple[
     return PRESETS[name](tuple(train_corpus), tuple(eval_corpus))
 
 
+def describe_presets() -> dict[str, str]:
+    """Each preset's name -> the first line of its description (`hbpe experiment list`)."""
+    # the paper-scale presets need a training corpus to be built: a placeholder, never read
+    specs = {name: build(("CORPUS.jsonl",), ()) for name, build in PRESETS.items()}
+    return {name: spec.description.strip().splitlines()[0] for name, spec in specs.items()}
+
+
 def load_spec(
-    name_or_file: str, overrides: list[str] | tuple[str, ...] = (), *, train_corpus=(), eval_corpus=()
+    name_or_file: str,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    train_corpus=(),
+    eval_corpus=(),
+    entropy_corpus=(),
 ) -> ExperimentSpec:
-    """A preset name or a YAML file, with `key=value` overrides of the spec (`model.KEY=value`: every run's model)."""
+    """A preset name or a YAML file, with `key=value` overrides of the spec (`model.KEY=value`: every run's model);
+    `entropy_corpus` (files), when given, replaces the spec's, after the overrides."""
     import dataclasses
     from pathlib import Path
 
@@ -446,6 +459,8 @@ def load_spec(
             model[key[len("model.") :]] = value
         else:
             top[key] = value
+    if entropy_corpus:
+        top["entropy_corpus"] = list(entropy_corpus)
     if model:  # onto the runs given as an override too
         runs = top.get("runs", [dataclasses.asdict(r) for r in spec.runs])
         if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):

@@ -144,8 +144,9 @@ def render_table(
         "BPB is the final evaluation on the whole eval set, ± the seeds' std; 'eval sampling' is the sd of the "
         "row's mean BPB over a bootstrap of the eval set's documents (another draw of held-out text); BPB at equal "
         "compute is interpolated on the training curves. Training compute is forward + backward as spent: the "
-        "paper's formula at each run's own context, and the FLOPs the step executes (SwiGLU, every position of "
-        "every patch, PAD included). The 8,192-byte column is the paper's convention, for comparison with its "
+        "paper's formula at each run's own context, and the FLOPs the step executes (SwiGLU's three matrices; "
+        "a patch model's local layers on every position they compute: its real symbols when model.local_layout is "
+        "packed, the default, all S with PAD when padded). The 8,192-byte column is the paper's convention, for comparison with its "
         "Table 1 only. Throughput: the median over training batches and seeds.",
         "",
         "| model | params | fertility | bytes/patch | GFLOPs fwd (paper's convention, 8,192 B) | training TFLOPs "

@@ -209,12 +209,17 @@ def finished_result(run_dir: Path, fingerprint: str) -> dict[str, Any] | None:
     return result
 
 
-def run_one(spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path, seed: int | None = None) -> dict[str, Any]:
-    """Train one run at one seed, evaluate it on the held-out shards, measure its patching and FLOPs."""
+def run_one(
+    spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path, seed: int | None = None, *, progress: bool = False
+) -> dict[str, Any]:
+    """Train one run at one seed, evaluate it on the held-out shards, measure its patching and FLOPs.
+
+    `progress`: the run's training progress line on stderr (training/train/callbacks.py: TrainProgress).
+    """
 
     seed = spec.seed if seed is None else seed
     run_dir = run_folder(out, run.name, seed, spec.seeds)
-    cfg = TrainConfig.from_dict(train_config(spec, run, stage, run_dir, out, seed))
+    cfg = TrainConfig.from_dict({**train_config(spec, run, stage, run_dir, out, seed), "console": progress})
     curve = EvalCurve()
     built = build_run(cfg, callbacks=[curve])
     t = time.perf_counter()
@@ -270,6 +275,30 @@ def run_one(spec: ExperimentSpec, run: RunSpec, stage: StageData, out: Path, see
     }
 
 
+class RunClock:
+    """An experiment's runs done of the total, and the time left at the mean time of the runs trained so far
+    (training, eval and measuring; a skipped run costs nothing and is not in the mean)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.finished = total, 0
+        self.seconds: list[float] = []
+
+    def done(self, seconds: float | None = None) -> None:
+        self.finished += 1
+        if seconds is not None:
+            self.seconds.append(seconds)
+
+    def line(self) -> str:
+        """'3/10 runs done, about 12:30 left' (no estimate before a run has trained here)."""
+        from tqdm import tqdm
+
+        out = f"{self.finished}/{self.total} runs done"
+        left = self.total - self.finished
+        if left and self.seconds:
+            out += f", about {tqdm.format_interval(left * sum(self.seconds) / len(self.seconds))} left"
+        return out
+
+
 def run_experiment(
     spec: ExperimentSpec,
     out: str | Path,
@@ -323,6 +352,7 @@ def _run_experiment(
     # seed by seed, every run of a seed before the next: a stopped experiment leaves complete seeds
     extra = _entropy_jobs(spec)  # trained first in each seed, kept out of the table
     jobs = [(seed, run) for seed in seed_values(spec.seed, spec.seeds) for run in (*extra, *spec.runs)]
+    clock = RunClock(len(jobs))
     for i, (seed, run) in enumerate(jobs, 1):
         run_dir = run_folder(out, run.name, seed, spec.seeds)
         fingerprint = _fingerprint(spec, run, seed)
@@ -333,7 +363,8 @@ def _run_experiment(
             on_event(f"{label}: its corpus or rank file changed since it finished; training it again")
             result = None
         if result is not None:
-            on_event(f"{label}: finished earlier, BPB {result['bpb']:.4f} (skipped)")
+            clock.done()
+            on_event(f"{label}: finished earlier, BPB {result['bpb']:.4f} (skipped); {clock.line()}")
         else:
             on_event(f"{label}: training {spec.batches} batches ({run.model.get('io')})")
             # streaming's copy of the shards an earlier attempt read: of other bytes, the trainer would refuse it
@@ -341,14 +372,16 @@ def _run_experiment(
             stage = data[run.first_stage]
             if run in extra:  # an entropy model trained on the entropy corpus's shards
                 stage = dataclasses.replace(stage, train=stage.entropy_train)
-            result = {**run_one(spec, run, stage, out, seed), "fingerprint": fingerprint}
+            started = time.monotonic()
+            result = {**run_one(spec, run, stage, out, seed, progress=progress), "fingerprint": fingerprint}
+            clock.done(time.monotonic() - started)
             result["inputs"] = inputs
             tmp = run_dir / (RESULT_FILE + ".partial")
             tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
             tmp.replace(run_dir / RESULT_FILE)
             on_event(
                 f"{label}: BPB {result['bpb']:.4f} after {result['train_bytes'] / 1e6:.2f} MB "
-                f"in {result['train_seconds']:.0f} s"
+                f"in {result['train_seconds']:.0f} s; {clock.line()}"
             )
         if run not in extra:
             results.append(result)

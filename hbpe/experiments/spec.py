@@ -16,8 +16,9 @@ from typing import Any
 
 from hbpe.schemas.convert_config import MIN_SEQ_LEN
 from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.schemes import scheme_names
 from hbpe.schemas.tokenizer_artifact import MAX_PATCH_SIZE_LIMIT
-from hbpe.schemas.train_config import IO_SCHEMES, MODEL_SIZE_LIMITS, ModelConfig
+from hbpe.schemas.train_config import MODEL_SIZE_LIMITS, ModelConfig
 
 # the shared data folder, wherever the command runs from (experiments/shared_data.py resolves it)
 SHARED_EN = "${HBPE_SHARED_DATA}/en-sotu.jsonl.zst"
@@ -54,9 +55,10 @@ class RunSpec:
         if self.lr is not None and not _positive(self.lr):
             raise ConfigError(f"run {self.name}: lr={self.lr!r}, expected a finite number > 0, e.g. lr: 0.003")
         io = self.model.get("io", "hierarchical")
-        if io not in IO_SCHEMES:
-            raise ConfigError(f"run {self.name}: model.io={io!r}, expected one of {', '.join(IO_SCHEMES)}")
-        if (io == "entropy") != (self.entropy_from is not None or "entropy_model" in self.model):
+        if io not in scheme_names():
+            raise ConfigError(f"run {self.name}: model.io={io!r}, expected one of {', '.join(scheme_names())}")
+        named = "entropy_model" in self.model or "entropy_model" in (self.model.get("patching") or {})  # flat or nested
+        if (io == "entropy") != (self.entropy_from is not None or named):
             raise ConfigError(f"run {self.name}: io=entropy needs entropy_from (a bytes run) and only it takes one")
 
 
@@ -207,8 +209,8 @@ def _check_values(spec: ExperimentSpec) -> None:
         raise bad("max_patch_size", f"an integer <= {MAX_PATCH_SIZE_LIMIT}")
     if not _positive(spec.lr):
         raise bad("lr", "a finite number > 0")
-    if not isinstance(spec.io_lr, dict) or not all(k in IO_SCHEMES and _positive(v) for k, v in spec.io_lr.items()):
-        raise bad("io_lr", f"a mapping of model kinds ({', '.join(IO_SCHEMES)}) to learning rates > 0, "
+    if not isinstance(spec.io_lr, dict) or not all(k in scheme_names() and _positive(v) for k, v in spec.io_lr.items()):
+        raise bad("io_lr", f"a mapping of model kinds ({', '.join(scheme_names())}) to learning rates > 0, "
                   "e.g. io_lr={bpe: 0.003, hierarchical: 0.01}")  # fmt: skip
     for key in ("name", "model_size"):
         if not isinstance(getattr(spec, key), str) or not getattr(spec, key):

@@ -30,6 +30,8 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from hbpe.pipeline import storage
 from hbpe.pipeline.beam import fs, stores
@@ -38,7 +40,7 @@ from hbpe.pipeline.beam.dask_cluster import dask_executor
 from hbpe.pipeline.beam.finalize import STAGING_DIRNAME, FinalizeContext, finalize_output, replace_output
 from hbpe.pipeline.beam.inprocess import run_inprocess
 from hbpe.pipeline.beam.monitor import run_and_watch
-from hbpe.pipeline.beam.options import DASK, choose_runner, default_pipeline_options
+from hbpe.pipeline.beam.options import DASK, RunnerChoice, choose_runner, default_pipeline_options
 from hbpe.pipeline.beam.outputs import (
     Build,
     choose_build,
@@ -55,8 +57,9 @@ from hbpe.pipeline.beam.signals import StopWorkersOnExit, signals_deferred
 from hbpe.pipeline.beam.units import UnitSummary, encoded_units, unit_key
 from hbpe.pipeline.corpus.documents import RecordPolicy
 from hbpe.pipeline.corpus.files import FileInfo, WorkUnit, file_info, plan_units
-from hbpe.pipeline.corpus.inputs import find_inputs, skipped_line
+from hbpe.pipeline.corpus.inputs import SkippedInput, find_inputs, skipped_line
 from hbpe.pipeline.tokenizer import artifact
+from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.errors import ConfigError, HbpeError
 from hbpe.schemas.shard_columns import MANIFEST_FILENAME
@@ -65,7 +68,14 @@ from hbpe.schemas.tokenizer_artifact import TokenizerSpec
 STAGING = STAGING_DIRNAME
 log = logging.getLogger("hbpe.convert")
 
-__all__ = ["ConversionInterrupted", "build_pipeline", "default_pipeline_options", "run_convert"]
+__all__ = [
+    "ConversionInterrupted",
+    "ConvertPlan",
+    "build_pipeline",
+    "default_pipeline_options",
+    "plan_convert",
+    "run_convert",
+]
 
 
 class ConversionInterrupted(KeyboardInterrupt):
@@ -134,6 +144,61 @@ def build_pipeline(
     )
 
 
+@dataclass(frozen=True)
+class ConvertPlan:
+    """What a conversion will do, every check done and nothing written: `plan_convert` makes it, `run_convert`
+    carries it out (under the output's lock)."""
+
+    cfg: ConvertConfig
+    output: str  # cfg.output as the launcher handles it (outputs.output_dir)
+    tok: HierarchicalTokenizer  # loaded whole: the in-process runner uses it as it is
+    files: list[FileInfo]
+    skipped: list[SkippedInput]  # inputs left out (links to what was read, FIFOs, ...)
+    choice: RunnerChoice
+    units: list[WorkUnit]
+    keys: dict[int, str]  # unit index -> what its encoding depends on (resume reuses a unit only under its key)
+    record: dict  # the resume record of this run
+
+    @property
+    def skipped_inputs(self) -> list[dict]:
+        return [s.to_dict() for s in self.skipped]
+
+
+def plan_convert(
+    cfg: ConvertConfig,
+    pipeline_args: list[str] | None = None,
+    *,
+    runner: str = "auto",
+    workers: int | None = None,
+    dask_address: str | None = None,
+) -> ConvertPlan:
+    """The checks `run_convert` makes before it writes anything: stores, tokenizer, inputs, runner, units."""
+    output = output_dir(cfg.output)
+    beam_args = list(pipeline_args or [])
+    # every store is reached once, with a deadline, before anything else touches it (Beam's clients
+    # retry an unreachable endpoint for minutes); Beam is imported only when a location is remote
+    stores.preflight(
+        [(cfg.tokenizer, "the tokenizer"), *((p, "the input") for p in cfg.inputs), (output, "the output")], beam_args
+    )
+    # the whole load, table included, proves the artifact usable (rank-file hash, merges that fit this
+    # first stage and S) before any worker starts; the in-process runner then uses it as it is
+    tok = artifact.load(cfg.tokenizer)
+    refuse_inside(cfg.tokenizer, output, f"--tokenizer {cfg.tokenizer}", cfg.output)
+    for pat in cfg.inputs:
+        refuse_inside(glob_base(pat), output, f"--input {pat}", cfg.output)
+    own = () if fs.is_remote(output) else (output + os.sep,)
+    selection = find_inputs(cfg.inputs, excludes=cfg.excludes, skip_prefixes=own)
+    files = [file_info(p) for p in selection.paths]
+    choice = choose_runner(runner, list(pipeline_args or []), output=output, files=files, workers=workers,
+                           dask_address=dask_address)  # fmt: skip
+    units = plan_units(files, split_bytes=cfg.split_bytes, text_unit=cfg.text_unit)
+    policy = RecordPolicy(cfg.text_field, cfg.id_field, cfg.invalid_utf8, cfg.max_doc_bytes)
+    fingerprint = tok.spec.fingerprint
+    keys = {u.index: unit_key(u, files[u.file_index], policy, cfg.text_unit, fingerprint) for u in units}
+    record = resuming.make_record(cfg, files, fingerprint, len(units))
+    return ConvertPlan(cfg, output, tok, files, list(selection.skipped), choice, units, keys, record)
+
+
 def run_convert(
     cfg: ConvertConfig,
     pipeline_args: list[str] | None = None,
@@ -167,105 +232,119 @@ def run_convert(
         if on_message:
             on_message(line)
 
-    output = output_dir(cfg.output)
-    beam_args = list(pipeline_args or [])
-    # every store is reached once, with a deadline, before anything else touches it (Beam's clients
-    # retry an unreachable endpoint for minutes); Beam is imported only when a location is remote
-    stores.preflight(
-        [(cfg.tokenizer, "the tokenizer"), *((p, "the input") for p in cfg.inputs), (output, "the output")], beam_args
-    )
-    # the whole load, table included, proves the artifact usable (rank-file hash, merges that fit this
-    # first stage and S) before any worker starts; the in-process runner then uses it as it is
-    tok = artifact.load(cfg.tokenizer)
-    tok_spec = tok.spec
-    refuse_inside(cfg.tokenizer, output, f"--tokenizer {cfg.tokenizer}", cfg.output)
-    for pat in cfg.inputs:
-        refuse_inside(glob_base(pat), output, f"--input {pat}", cfg.output)
-    own = () if fs.is_remote(output) else (output + os.sep,)
-    selection = find_inputs(cfg.inputs, excludes=cfg.excludes, skip_prefixes=own)
-    files = [file_info(p) for p in selection.paths]
-    skipped = [s.to_dict() for s in selection.skipped]
-    choice = choose_runner(runner, list(pipeline_args or []), output=output, files=files, workers=workers,
-                           dask_address=dask_address)  # fmt: skip
-    pipeline = opts = None
-    if choice.beam:
-        import apache_beam as beam
-
-        # the stores' endpoints from the environment travel with the pipeline, so its workers reach them too
-        opts = default_pipeline_options([*choice.beam_args, *stores.store_args(choice.beam_args)], workers=workers)
-        try:
-            pipeline = beam.Pipeline(options=opts)
-        except ValueError as e:  # an unknown --runner
-            raise ConfigError(f"bad Beam pipeline option: {e}") from None
-    units = plan_units(files, split_bytes=cfg.split_bytes, text_unit=cfg.text_unit)
-    policy = RecordPolicy(cfg.text_field, cfg.id_field, cfg.invalid_utf8, cfg.max_doc_bytes)
-    keys = {u.index: unit_key(u, files[u.file_index], policy, cfg.text_unit, tok_spec.fingerprint) for u in units}
-    record = resuming.make_record(cfg, files, tok_spec.fingerprint, len(units))
+    plan = plan_convert(cfg, pipeline_args, runner=runner, workers=workers, dask_address=dask_address)
+    pipeline, opts = _beam_pipeline(plan.choice, workers)
+    output = plan.output
     with locked(output, cfg.output):  # one conversion at a time decides what the output holds and writes it
-        build = choose_build(output, cfg.output, overwrite=overwrite, resume_=resume, record=record)
+        build = choose_build(output, cfg.output, overwrite=overwrite, resume_=resume, record=plan.record)
         if build.finished:  # the interrupted run had converted everything: only putting it in place was left
             say(f"resuming the interrupted conversion: its output in {build.path} is complete; putting it in place")
             _put_in_place(build, output, cfg.output)
             return json.loads(fs.read_bytes(fs.join(output, MANIFEST_FILENAME)))
-        staging = build.staging
-        weights = unit_input_bytes(units, files)
-        was = f"; {cfg.output} is as it was" if build.replacing else ""
-        guard = StopWorkersOnExit()
-        ticker: ConvertProgress | None = None
-        try:
-            with guard:
-                done = _prepare_staging(build, record, keys, units, cfg.tokenizer)
-                if on_start:
-                    on_start(units)
-                say(choice.describe())
-                if skipped:
-                    say(skipped_line(selection.skipped))
-                if build.resumed:
-                    say(f"resuming the interrupted conversion: {len(done)} of {len(units)} units already encoded")
-                timing = {"runner": choice.name, "units_reused": len(done)}
-                if progress and not fs.is_remote(staging):  # workers write where the launcher can read
-                    ticker = ConvertProgress(staging, weights, reused=done)
-                if choice.beam:
-                    build_pipeline(pipeline, cfg, units, files, tok_spec, started, output=build.path, done=done,
-                                   keys=keys, timing=timing, skipped_inputs=skipped)  # fmt: skip
-                    if ticker:
-                        ticker.start()
-
-                    run_and_watch(pipeline, opts, n_units=len(units) - len(done), say=say)
-                else:
-                    dask = choice.name == DASK
-                    with dask_executor(choice.dask_address, choice.workers, say) if dask else contextlib.nullcontext() as executor:  # fmt: skip
-                        run_inprocess(
-                            tok, cfg, pending=[u for u in units if u.index not in done], done=done, keys=keys,
-                            staging=staging, workers=choice.workers,
-                            ctx=_finalize_context(cfg, files, tok_spec, started, build.path, timing, skipped),
-                            on_running=ticker.start if ticker else lambda: None, executor=executor,
-                        )  # fmt: skip
-        except BaseException as e:
-            if ticker is not None:
-                ticker.stop()
-            kept = keep_or_discard(build, keep=resume, full=out_of_space(e))
-            if isinstance(e, KeyboardInterrupt):
-                signum = guard.signum or signal.SIGINT
-                who = "Beam workers" if choice.beam else "workers"
-                raise ConversionInterrupted(
-                    signum,
-                    f"interrupted by {signal.Signals(signum).name}: the {who} were stopped and nothing was "
-                    f"committed to {cfg.output}{was}{kept}",
-                ) from None
-            if not isinstance(e, Exception):
-                raise
-            # an HbpeError here comes from a worker (its message names a staging file that may be gone now): keep its
-            # type and fix, and say what became of the output
-            why = str(e) if isinstance(e, HbpeError) else f"{type(e).__name__}: {e}"
-            raise (type(e) if isinstance(e, HbpeError) else HbpeError)(
-                f"the conversion failed and nothing was committed to {cfg.output}{was}: {why}{kept}"
-            ) from e
+        ticker = _convert_into(
+            plan, build, pipeline, opts, started, resume=resume, progress=progress, on_start=on_start, say=say
+        )
         manifest = json.loads(fs.read_bytes(fs.join(build.path, MANIFEST_FILENAME)))
         if ticker is not None:
             ticker.stop(manifest)
         _put_in_place(build, output, cfg.output)
         return manifest
+
+
+def _beam_pipeline(choice: RunnerChoice, workers: int | None) -> tuple[Any, Any]:
+    """(the Beam Pipeline, its options) for a Beam runner; (None, None) for the in-process one."""
+    if not choice.beam:
+        return None, None
+    import apache_beam as beam
+
+    # the stores' endpoints from the environment travel with the pipeline, so its workers reach them too
+    opts = default_pipeline_options([*choice.beam_args, *stores.store_args(choice.beam_args)], workers=workers)
+    try:
+        return beam.Pipeline(options=opts), opts
+    except ValueError as e:  # an unknown --runner
+        raise ConfigError(f"bad Beam pipeline option: {e}") from None
+
+
+def _convert_into(
+    plan: ConvertPlan,
+    build: Build,
+    pipeline: Any,
+    opts: Any,
+    started: float,
+    *,
+    resume: bool,
+    progress: bool,
+    on_start: Callable[[list[WorkUnit]], None] | None,
+    say: Callable[[str], None],
+) -> ConvertProgress | None:
+    """Encode, shard and finalize into `build`; returns the progress ticker, still running (None without one).
+
+    On a failure or an interruption the build is kept (resume, a full disk) or discarded, and the error
+    says what became of the output."""
+    cfg, choice, units = plan.cfg, plan.choice, plan.units
+    staging = build.staging
+    was = f"; {cfg.output} is as it was" if build.replacing else ""
+    guard = StopWorkersOnExit()
+    ticker: ConvertProgress | None = None
+    try:
+        with guard:
+            done = _prepare_staging(build, plan.record, plan.keys, units, cfg.tokenizer)
+            if on_start:
+                on_start(units)
+            say(choice.describe())
+            if plan.skipped:
+                say(skipped_line(plan.skipped))
+            if build.resumed:
+                say(f"resuming the interrupted conversion: {len(done)} of {len(units)} units already encoded")
+            timing = {"runner": choice.name, "units_reused": len(done)}
+            if progress and not fs.is_remote(staging):  # workers write where the launcher can read
+                ticker = ConvertProgress(staging, unit_input_bytes(units, plan.files), reused=done)
+            if choice.beam:
+                build_pipeline(pipeline, cfg, units, plan.files, plan.tok.spec, started, output=build.path,
+                               done=done, keys=plan.keys, timing=timing, skipped_inputs=plan.skipped_inputs)  # fmt: skip
+                if ticker:
+                    ticker.start()
+
+                run_and_watch(pipeline, opts, n_units=len(units) - len(done), say=say)
+            else:
+                dask = choice.name == DASK
+                with dask_executor(choice.dask_address, choice.workers, say) if dask else contextlib.nullcontext() as executor:  # fmt: skip
+                    run_inprocess(
+                        plan.tok, cfg, pending=[u for u in units if u.index not in done], done=done, keys=plan.keys,
+                        staging=staging, workers=choice.workers,
+                        ctx=_finalize_context(cfg, plan.files, plan.tok.spec, started, build.path, timing,
+                                              plan.skipped_inputs),
+                        on_running=ticker.start if ticker else lambda: None, executor=executor,
+                    )  # fmt: skip
+    except BaseException as e:
+        if ticker is not None:
+            ticker.stop()
+        kept = keep_or_discard(build, keep=resume, full=out_of_space(e))
+        if not isinstance(e, (KeyboardInterrupt, Exception)):
+            raise
+        interrupted = isinstance(e, KeyboardInterrupt)
+        raise _failure(e, f"{cfg.output}{was}", kept, beam=choice.beam, signum=guard.signum) from (
+            None if interrupted else e
+        )
+    return ticker
+
+
+def _failure(e: BaseException, output: str, kept: str, *, beam: bool, signum: int | None) -> BaseException:
+    """What a failed or interrupted conversion raises: what stopped it, and what became of `output` and the build."""
+    if isinstance(e, KeyboardInterrupt):
+        signum = signum or signal.SIGINT
+        who = "Beam workers" if beam else "workers"
+        return ConversionInterrupted(
+            signum,
+            f"interrupted by {signal.Signals(signum).name}: the {who} were stopped and nothing was "
+            f"committed to {output}{kept}",
+        )
+    # an HbpeError here comes from a worker (its message names a staging file that may be gone now): keep its
+    # type and fix, and say what became of the output
+    why = str(e) if isinstance(e, HbpeError) else f"{type(e).__name__}: {e}"
+    return (type(e) if isinstance(e, HbpeError) else HbpeError)(
+        f"the conversion failed and nothing was committed to {output}: {why}{kept}"
+    )
 
 
 def _put_in_place(build: Build, output: str, shown: str) -> None:

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-import hbpe
 from hbpe.pipeline.beam import fs
 from hbpe.pipeline.beam.shard_tasks import ShardPlan, read_pieces
 from hbpe.pipeline.beam.units import UnitSummary, unit_rejects_path
@@ -27,6 +26,7 @@ from hbpe.schemas.canonical import pretty_json
 from hbpe.schemas.errors import HbpeError
 from hbpe.schemas.manifest import Counts, Manifest, derived_statistics
 from hbpe.schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAME, SPEC_FILENAMES, TokenizerSpec
+from hbpe.schemas.version import HBPE_VERSION
 
 STAGING_DIRNAME = ".hbpe-staging"
 # what a conversion writes at the top of its output; ".tmp-<hex>" is a write_atomic in flight
@@ -149,7 +149,7 @@ def finalize_output(
         data = fs.read_bytes(fs.join(staged, src))
         fs.write_atomic(fs.join(ctx.output, shard_columns.TOKENIZER_DIRNAME, name), data)
     manifest = Manifest(
-        hbpe_version=hbpe.__version__,
+        hbpe_version=HBPE_VERSION,
         shard_schema_version=shard_columns.SHARD_SCHEMA_VERSION,
         tokenizer_fingerprint=spec.fingerprint,
         first_stage_fingerprint=spec.first_stage.fingerprint,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hbpe.pipeline import storage
 from hbpe.pipeline.beam.stores import filesystems, write_empty
+from hbpe.pipeline.storage import is_remote, join  # fs.is_remote and fs.join are storage's: one definition
 from hbpe.pipeline.tokenizer import artifact
 from hbpe.schemas.tokenizer_artifact import SPEC_FILENAME, SPEC_FILENAMES
 
@@ -28,10 +29,6 @@ def _beam_fs():
     return filesystems(), CompressionTypes.UNCOMPRESSED
 
 
-def is_remote(path: str) -> bool:
-    return storage.is_remote(path)
-
-
 # stores where an object appears only once its upload completes and a copy replaces its target
 # (not HDFS, whose rename refuses an existing target and whose files are visible while written)
 _OBJECT_STORES = ("s3", "gs", "azfs")
@@ -39,12 +36,6 @@ _OBJECT_STORES = ("s3", "gs", "azfs")
 
 def _object_store(path: str) -> bool:
     return storage.scheme(path) in _OBJECT_STORES
-
-
-def join(base: str, *parts: str) -> str:
-    if not is_remote(base):
-        return os.path.join(base, *parts)  # what Beam's LocalFileSystem.join does
-    return _beam_fs()[0].join(base, *parts)
 
 
 def _create(path: str):
@@ -169,6 +160,9 @@ def read_range(path: str, start: int, length: int) -> bytes:
 
 
 def read_bytes(path: str) -> bytes:
+    """A file's bytes through Beam's filesystems, not storage.read_bytes: on a runner's workers the S3 endpoint
+    travels in the pipeline options, not the environment streaming's clients read, and a missing file is an
+    OSError (FileNotFoundError, BeamIOError) that resuming reads as "encode it again"."""
     with _open(path) as f:
         return f.read()
 

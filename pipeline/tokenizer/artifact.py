@@ -17,7 +17,6 @@ from pathlib import Path
 
 import tiktoken
 
-import hbpe
 from hbpe.pipeline import storage
 from hbpe.pipeline.tokenizer import first_stage
 from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
@@ -32,6 +31,7 @@ from hbpe.schemas.tokenizer_artifact import (
     SecondStageSpec,
     TokenizerSpec,
 )
+from hbpe.schemas.version import HBPE_VERSION
 
 
 def first_stage_spec(enc: tiktoken.Encoding, rank_bytes: bytes) -> FirstStageSpec:
@@ -54,7 +54,7 @@ def train_tokenizer(
     spec = TokenizerSpec(
         first_stage=first_stage_spec(enc, rank_bytes),
         second_stage=SecondStageSpec(max_patch_size=max_patch_size, mode=mode, merges=tuple(merges)),
-        hbpe_version=hbpe.__version__,
+        hbpe_version=HBPE_VERSION,
     )
     return HierarchicalTokenizer(enc, spec)
 

@@ -32,7 +32,7 @@ def test_entropy_model_trains_on_the_entropy_corpus_and_stays_out_of_the_table(t
     assert [r["name"] for r in report["runs"]] == ["bytes", "entropy"]  # the entropy model is no row
     source = out / "runs" / "bytes-entropy-corpus"
     meta = json.loads((out / "runs" / "entropy" / "train" / "hbpe_run.json").read_text())
-    assert meta["model"]["entropy_model"].startswith(str(source / "train"))  # its checkpoint, link resolved
+    assert meta["model"]["patching"]["entropy_model"].startswith(str(source / "train"))  # its checkpoint, link resolved
     trained_on = json.loads((source / "train" / "hbpe_run.json").read_text())
     assert trained_on["train_config"]["data"]["train"].endswith("shards-entropy")
     assert (out / "data" / "gpt2" / "shards-entropy" / "COMPLETED").is_file()

@@ -1,4 +1,4 @@
-"""An entropy run keeps the entropy model it was trained with (issue 20): `model.entropy_model` was stored as given
+"""An entropy run keeps the entropy model it was trained with (issue 20): `model.patching.entropy_model` was stored as given
 (relative to the directory `hbpe train` ran in), and a run or its export evaluated from another directory silently
 used whatever had that name there. Now the run and every export hold a fingerprinted copy, checked on load."""
 
@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from hbpe.cli import main
 from hbpe.schemas.errors import ArtifactError, ConfigError
+from hbpe.schemas.train_config import FLAT_PATCHING_KEYS
 from hbpe.training.checkpoint.export import export_model
 from hbpe.training.checkpoint.export_format import write_export
 from hbpe.training.checkpoint.load import load_model
@@ -36,7 +37,7 @@ def _train(overrides: list[str]) -> None:
 
 @pytest.fixture(scope="module")
 def entropy_run(sample_shards, tmp_path_factory) -> tuple[Path, Path, float]:
-    """(work dir holding `entmodel`, the entropy run trained there with model.entropy_model=entmodel, its BPB)."""
+    """(work dir holding `entmodel`, the entropy run trained there with model.patching.entropy_model=entmodel, its BPB)."""
     train_dir, eval_dir = sample_shards
     root = tmp_path_factory.mktemp("entropy-files")
     work = root / "work"
@@ -45,7 +46,7 @@ def entropy_run(sample_shards, tmp_path_factory) -> tuple[Path, Path, float]:
     with contextlib.chdir(work):
         _train([*data, f"save_folder={ENTROPY}", "model.io=bytes", "max_duration=4ba"])
         run = root / "run"
-        entropy = [f"model.entropy_model={ENTROPY}", "model.entropy_target_bytes=3"]
+        entropy = [f"model.patching.entropy_model={ENTROPY}", "model.patching.entropy_target_bytes=3"]
         _train([*data, f"save_folder={run}", "model.io=entropy", *entropy, "max_duration=2ba"])
         bpb = evaluate(str(run), str(eval_dir), max_batches=1)["bpb"]
     return work, run, bpb
@@ -80,12 +81,12 @@ def test_an_entropy_run_and_its_export_give_the_same_bpb_from_another_directory(
     assert _bpb(run, sample_shards[1]) == pytest.approx(bpb, abs=5e-5)  # `hbpe eval` prints 4 decimals
     assert _bpb(tmp_path / "export", sample_shards[1]) == pytest.approx(bpb, abs=5e-5)
     assert evaluate(str(run), str(sample_shards[1]), max_batches=1)["bpb"] == bpb
-    meta = json.loads((run / "hbpe_run.json").read_text())["model"]
+    meta = json.loads((run / "hbpe_run.json").read_text())["model"]["patching"]
     assert meta["entropy_model"] == str((work / ENTROPY).resolve())  # stored resolved
     assert len(meta["entropy_model_sha256"]) == 64
     assert (run / "entropy_model" / MODEL_FILE).is_file()  # the run's own copy
     info = json.loads((tmp_path / "export" / MODEL_FILE).read_text())
-    assert info["model"]["entropy_model_sha256"] == meta["entropy_model_sha256"]
+    assert info["model"]["patching"]["entropy_model_sha256"] == meta["entropy_model_sha256"]
     assert sorted(p.name for p in (tmp_path / "export").iterdir()) == [
         "entropy_model",
         MODEL_FILE,
@@ -113,17 +114,20 @@ def test_a_replaced_or_missing_copy_is_refused_naming_the_runs_entropy_model(ent
     where = str((work / ENTROPY).resolve())
     with pytest.raises(
         ArtifactError,
-        match=rf"hbpe_run.json: the run's entropy model \(model.entropy_model={where}\) was copied into "
+        match=rf"hbpe_run.json: the run's entropy model \(model.patching.entropy_model={where}\) was copied into "
         rf"{copy / 'entropy_model'} when it was trained, and .* is missing; restore entropy_model/ from a copy",
     ):
         load_model(str(copy))
 
 
 def _as_older_hbpe(run: Path, dest: Path) -> Path:
-    """The run as an hbpe before this fix wrote it: the path as given, no fingerprint, no copy."""
+    """The run as an hbpe before this fix wrote it: the path as given, no fingerprint, no copy (and the patching
+    settings as flat model keys, as hbpe wrote them then)."""
     copy = copy_run(run, dest)
     shutil.rmtree(copy / "entropy_model", ignore_errors=True)
     meta = json.loads((copy / "hbpe_run.json").read_text())
+    patching = meta["model"].pop("patching")
+    meta["model"].update({flat: patching[key] for flat, key in FLAT_PATCHING_KEYS.items()})
     meta["model"]["entropy_model"] = ENTROPY
     meta["model"].pop("entropy_model_sha256", None)
     (copy / "hbpe_run.json").write_text(json.dumps(meta))
@@ -141,13 +145,16 @@ def test_an_older_runs_missing_entropy_model_is_named_with_the_path_looked_for(
     monkeypatch.chdir(empty)
     r = CliRunner().invoke(main, ["eval", "--checkpoint", str(old), "--data", str(sample_shards[1])])
     assert r.exit_code != 0 and r.output.startswith("error: "), r.output
-    assert f"{old / 'hbpe_run.json'}: the run's model.entropy_model=entmodel (its entropy model) is not at " in r.output
+    assert (
+        f"{old / 'hbpe_run.json'}: the run's model.patching.entropy_model=entmodel (its entropy model) is not at "
+        in r.output
+    )
     assert f"{empty / ENTROPY}; the run was trained by an older hbpe" in r.output
-    assert "run from the directory it was trained in, or set model.entropy_model in" in r.output
+    assert "run from the directory it was trained in, or set model.patching.entropy_model in" in r.output
     monkeypatch.chdir(work)  # where it was trained: it still loads, with a warning that nothing checks it
     with caplog.at_level(logging.WARNING):
         assert evaluate(str(old), str(sample_shards[1]), max_batches=1)["bpb"] == bpb
-    assert "the run's model.entropy_model=entmodel is read from" in caplog.text and "unchecked" in caplog.text
+    assert "the run's model.patching.entropy_model=entmodel is read from" in caplog.text and "unchecked" in caplog.text
 
 
 def test_a_run_and_an_export_in_a_bucket_read_their_own_entropy_model(
@@ -169,14 +176,14 @@ def test_a_run_and_an_export_in_a_bucket_read_their_own_entropy_model(
 
 
 def test_autoresume_accepts_a_run_file_written_before_the_fingerprint_field(tiny_run, sample_shards, tmp_path):
-    """A field added to the model config (model.entropy_model_sha256) must not make older runs unresumable."""
+    """A field added to the model config (model.patching.entropy_model_sha256) must not make older runs unresumable."""
     from hbpe.training.checkpoint.run_files import read_run_files
     from hbpe.training.checkpoint.save_folder import check_resume_matches
     from hbpe.training.train.config_io import load_config
 
     run = copy_run(tiny_run, tmp_path / "run")
     meta = json.loads((run / "hbpe_run.json").read_text())
-    meta["model"].pop("entropy_model_sha256")
+    meta["model"]["patching"].pop("entropy_model_sha256")
     (run / "hbpe_run.json").write_text(json.dumps(meta))
     data = [f"data.train={sample_shards[0]}", f"data.eval={sample_shards[1]}"]
     cfg = load_config("tiny", [*data, f"save_folder={run}", "autoresume=true", f"max_duration={TINY_RUN_BATCHES}ba"])
@@ -189,15 +196,22 @@ def test_a_pinned_fingerprint_refuses_another_entropy_model(entropy_run, decoy, 
     from hbpe.training.train.config_io import load_config
 
     work, run, _ = entropy_run
-    sha = json.loads((run / "hbpe_run.json").read_text())["model"]["entropy_model_sha256"]
+    sha = json.loads((run / "hbpe_run.json").read_text())["model"]["patching"]["entropy_model_sha256"]
     tok = artifact.load(run / "tokenizer")
-    common = [f"data.train={sample_shards[0]}", "data.eval=null", "model.io=entropy", "model.entropy_threshold=2.0"]
-    pinned = f"model.entropy_model_sha256={sha}"
+    common = [
+        f"data.train={sample_shards[0]}",
+        "data.eval=null",
+        "model.io=entropy",
+        "model.patching.entropy_threshold=2.0",
+    ]
+    pinned = f"model.patching.entropy_model_sha256={sha}"
     cfg, _ = resolve_entropy_threshold(
-        load_config("tiny", [*common, f"model.entropy_model={work / ENTROPY}", pinned]), tok
+        load_config("tiny", [*common, f"model.patching.entropy_model={work / ENTROPY}", pinned]), tok
     )
-    assert cfg.model.entropy_model_sha256 == sha
+    assert cfg.model.patching.entropy_model_sha256 == sha
     with pytest.raises(
-        ConfigError, match=rf"has the fingerprint [0-9a-f]{{64}}, not the model.entropy_model_sha256={sha}"
+        ConfigError, match=rf"has the fingerprint [0-9a-f]{{64}}, not the model.patching.entropy_model_sha256={sha}"
     ):
-        resolve_entropy_threshold(load_config("tiny", [*common, f"model.entropy_model={decoy / ENTROPY}", pinned]), tok)
+        resolve_entropy_threshold(
+            load_config("tiny", [*common, f"model.patching.entropy_model={decoy / ENTROPY}", pinned]), tok
+        )

@@ -48,7 +48,7 @@ def test_table1_mini_runs_every_scheme_at_an_equal_byte_budget(corpus, tmp_path)
         assert 0 < r["bpb"] < 12 and len(r["curve"]) == 2, r["name"]
         assert r["curve"][-1]["train_bytes"] == r["train_bytes"]
     assert runs["bytes"]["gflops"]["total"] > 3 * runs["bpe-patch"]["gflops"]["total"]
-    assert runs["entropy-max6"]["model"]["entropy_threshold"] > 0  # chosen on the shards, recorded
+    assert runs["entropy-max6"]["model"]["patching"]["entropy_threshold"] > 0  # chosen on the shards, recorded
     assert runs["entropy-max6"]["bytes_per_patch"] <= 6.0
     table = (out / "table.md").read_text()
     assert "| BPE-patch |" in table and "| entropy patch, unbounded |" in table

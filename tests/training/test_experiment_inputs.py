@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -62,6 +63,12 @@ def test_a_corpus_changed_under_its_name_is_trained_on_again(spec, tmp_path):
     out = tmp_path / "out"
     first = _experiment(spec, out, train)
     assert first.exit_code == 0, first.output
+    # runs done of the total, the time left from the runs trained; each run's own training progress line
+    assert re.search(
+        r"^\[1/2\] \w+: BPB [\d.]+ after [\d.]+ MB in \d+ s; 1/2 runs done, about \d\d:\d\d left$", first.output, re.M
+    )
+    assert re.search(r"^\[2/2\] \w+: BPB .*; 2/2 runs done$", first.output, re.M)
+    assert re.search(r"^train: 100% \d+/\d+ batches \[", first.output, re.M)
     before = {n: _result(out, n) for n in ("patch", "bpe")}
     split_before = (out / "data" / "corpus" / "train.jsonl").read_text()
     shards = out / "data" / "gpt2" / "shards-train"

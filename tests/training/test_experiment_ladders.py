@@ -112,7 +112,10 @@ def test_the_lr_sweep_prints_the_override_the_ladders_take(corpus, tmp_path):
     for io, v in sweep.items():
         rows = {r["lr"]: r["bpb"]["mean"] for r in rep["rows"] if r["io"] == io}
         assert v["best"] == min(rows, key=rows.get)
-    override = re.search(r"`(io_lr=\{[^`]*\})`", (tmp_path / "lr" / "table.md").read_text()).group(1)
+    table = (tmp_path / "lr" / "table.md").read_text()
+    labels = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| BPE")]
+    assert len(labels) == 6 == len(set(labels)) and "| BPE-patch (lr=0.01)" in labels  # each row names its rate
+    override = re.search(r"`(io_lr=\{[^`]*\})`", table).group(1)
     ladder = load_spec("ladder-width", [override])
     lrs = {r.model["io"]: ladder.run_lr(r) for r in ladder.runs}
     assert lrs == {"bpe": sweep["bpe"]["best"], "hierarchical": sweep["hierarchical"]["best"]}

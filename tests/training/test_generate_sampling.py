@@ -1,4 +1,4 @@
-"""Sampling options of generation (training/sampling.py) and stop strings, on a trained patch model
+"""Sampling options of generation (training/inference/sampling.py) and stop strings, on a trained patch model
 (the `tiny_run` fixture) and a `bytes` model with scaled weights: top_k=1 and a tiny top_p are the
 greedy choice, a stop string cuts the output before it, and a seeded draw is reproducible."""
 

@@ -154,10 +154,12 @@ def test_short_run_with_given_boundaries_and_hash_ngrams_learns_and_generates(sa
     args = [f"data.train={train_dir}", f"data.eval={eval_dir}", "console=false", "max_duration=12ba"]
     args += ["global_batch_size=4"]
     args += ["eval_interval=12ba", "save_interval=12ba", "optim.warmup=2ba", "eval_subset_num_batches=2"]
-    args += [f"save_folder={tmp_path / 'run'}", "model.io=space", "model.patch_boundaries=given"]
-    train(load_config("tiny", [*args, "model.hash_ngram_buckets=512"]))
+    args += [f"save_folder={tmp_path / 'run'}", "model.io=space", "model.patching.boundaries=given"]
+    train(load_config("tiny", [*args, "model.patching.hash_ngram_buckets=512"]))
     model, tok, _ = load_model(str(tmp_path / "run"))
-    assert model.cfg.patch_boundaries == "given" and model.cfg.hash_ngram_buckets == 512  # recorded in the run
+    assert (
+        model.cfg.patching.boundaries == "given" and model.cfg.patching.hash_ngram_buckets == 512
+    )  # recorded in the run
     again = evaluate(str(tmp_path / "run"), str(eval_dir), batch_size=4, max_batches=2)
     uniform = math.log2(model.io.vocab_size) * again["symbols"] / again["bytes"]
     assert 0 < again["bpb"] < 0.95 * uniform, (again["bpb"], uniform)  # 0.74 measured (0.74 at batches of 8)

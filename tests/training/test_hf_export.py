@@ -53,10 +53,18 @@ def test_auto_classes_load_the_export_offline(hf_dir):
     model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True)
     info = json.loads((hf_dir / "hbpe_model.json").read_text())
     assert (config.model_type, type(model).__name__) == ("hbpe", "HbpeForCausalLM")
-    assert (config.latent_layers, config.vocab_size) == (info["model"]["latent_layers"], info["vocab_size"])
-    assert isinstance(model, transformers.PreTrainedModel)
-    assert model.io.encoder.embed is model.io.decoder.embed  # E stays one table, as in hbpe
+    assert (config.latent_layers, config.symbol_vocab_size) == (info["model"]["latent_layers"], info["vocab_size"])
+    assert isinstance(model, transformers.PreTrainedModel) and model.can_generate()
+    assert model.io.encoder.embed is model.io.decoder.embed is model.get_input_embeddings()  # E: one table, as in hbpe
+    assert config.tie_word_embeddings and model.get_output_embeddings() is None  # E is shared; the head is its own
     assert sum(p.numel() for p in model.parameters()) == info["parameters"]
+    tok = transformers.AutoTokenizer.from_pretrained(hf_dir, trust_remote_code=True)
+    # one first-stage token is one patch: the tokenizer's ids are the model's vocabulary
+    assert len(tok) == config.vocab_size == info["n_vocab"] == 50257
+    assert tok.eos_token == tok.pad_token == "<|endoftext|>"
+    assert tok.eos_token_id == config.eos_token_id == config.pad_token_id == 50256
+    batch = tok(["a b c", "a"], padding=True, return_tensors="pt")  # left padding with eos, as generate() wants
+    assert batch["input_ids"][1].tolist() == [50256, 50256, 64] and batch["attention_mask"][1].tolist() == [0, 0, 1]
 
 
 def test_hf_logits_equal_hbpe_logits_on_a_sample_batch(hf_dir, sample_shards):
@@ -97,16 +105,10 @@ def test_bpb_through_transformers_equals_hbpe_eval(hf_dir, sample_shards):
     assert 1.0 < want["bpb"] < 8.0  # a trained model, not a uniform one (log2 V' = 8.9)
 
 
-def test_generate_says_to_use_hbpe_generate(hf_dir):
+def test_a_one_dimensional_input_is_refused(hf_dir):
     model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True)
-    with pytest.raises(NotImplementedError, match=r"emits patches.*hbpe generate --checkpoint EXPORT_DIR"):
-        model.generate(torch.zeros(1, 3, 10, dtype=torch.long))
-
-
-def test_token_ids_instead_of_patches_are_refused(hf_dir):
-    model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True)
-    with pytest.raises(ValueError, match=r"takes patches of shape \(batch, T, S=10\), got \(1, 5\)"):
-        model(input_ids=torch.zeros(1, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"takes input_ids \(batch, T\) or patches \(batch, T, S=10\), got .* \(5,\)"):
+        model(input_ids=torch.zeros(5, dtype=torch.long))
 
 
 def test_only_the_hierarchical_model_exports_for_hf():
@@ -149,6 +151,9 @@ def test_readme_example_runs_and_round_trips_through_save_pretrained(hf_dir, tmp
     hbpe_tok = artifact.load(hf_dir / "tokenizer")
     assert env["ids"] == hbpe_tok.encode(env["text"]).tolist()
     assert 0.5 < env["bpb"] < 8.0
+    assert [t[: len(p)] for t, p in zip(env["texts"], ["Fellow citizens,", "The"])] == ["Fellow citizens,", "The"]
+    assert all(len(t) > len("Fellow citizens,") for t in env["texts"]) and 0 < float(env["loss"]) < 10
+    assert env["generated"][0]["generated_text"].startswith("Fellow citizens,")
     # save_pretrained -> from_pretrained: the same classes, the same numbers
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "saved", trust_remote_code=True).eval()
     tok2 = transformers.AutoTokenizer.from_pretrained(tmp_path / "saved", trust_remote_code=True)

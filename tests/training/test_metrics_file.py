@@ -1,4 +1,4 @@
-"""Every `hbpe train` writes metrics.jsonl (training/metrics_file.py), a resumed run appends to it, and
+"""Every `hbpe train` writes metrics.jsonl (training/train/metrics_file.py), a resumed run appends to it, and
 `hbpe plot` draws its curves: the values are the ones the run reported."""
 
 from __future__ import annotations

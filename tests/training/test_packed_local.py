@@ -18,6 +18,7 @@ from hbpe.pipeline.shards.reader import ShardDir
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.symbols import PAD
 from hbpe.schemas.train_config import model_config
+from hbpe.training.data.byte_patching import UNBOUNDED_SAFETY_LIMIT
 from hbpe.training.data.schemes import BytePatchScheme, build_scheme, vocabulary_bytes
 from hbpe.training.inference.generate import generate_batch
 from hbpe.training.model.packing import PatchPacking
@@ -60,7 +61,9 @@ def _cfg(case: str, layout: str):
 def _batch(cfg, tok, rows) -> dict[str, torch.Tensor]:
     if cfg.io == "entropy":
         vocab = vocabulary_bytes(tok)
-        scheme = BytePatchScheme(vocab, None, _FixedEntropy(), cfg.entropy_threshold, eop=cfg.patch_boundaries == "eop")
+        eop = cfg.patching.boundaries == "eop"  # unbounded: patches as long as the entropies make them
+        width = UNBOUNDED_SAFETY_LIMIT + eop
+        scheme = BytePatchScheme(vocab, None, _FixedEntropy(), cfg.patching.entropy_threshold, eop=eop, width=width)
     else:
         scheme = build_scheme(cfg, tok, derive=True)
     return {k: torch.from_numpy(np.asarray(v, dtype=np.int64)) for k, v in scheme.batch(rows, None).items()}

@@ -38,7 +38,7 @@ def test_eop_is_what_made_the_space_row_582():
 
 def test_flops_command_shows_every_ffn_reading_beside_the_paper(sample_shards):
     train_dir, _ = sample_shards
-    args = ["flops", "small", "--data", str(train_dir), "--samples", "4", "model.patch_boundaries=given"]
+    args = ["flops", "small", "--data", str(train_dir), "--samples", "4", "model.patching.boundaries=given"]
     r = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     rows = {row["io"]: row for row in json.loads(r.output)}

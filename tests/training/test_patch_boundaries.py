@@ -1,4 +1,4 @@
-"""model.patch_boundaries for the space and entropy baselines: `eop` (each patch ends with an EOP the
+"""model.patching.boundaries for the space and entropy baselines: `eop` (each patch ends with an EOP the
 decoder predicts) and `given` (BLT's setup: the patcher gives the boundaries, only bytes are predicted)."""
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def shard_rows(sample_shards):
 def _scheme(tok, io: str, boundaries: str):
     if io == "space":
         return build_scheme(model_config(io="space", patch_boundaries=boundaries), tok, derive=True)
-    return BytePatchScheme(vocabulary_bytes(tok), 6, _CausalEntropy(), 2.5, eop=boundaries == "eop")
+    eop = boundaries == "eop"
+    return BytePatchScheme(vocabulary_bytes(tok), 6, _CausalEntropy(), 2.5, eop=eop, width=6 + eop)
 
 
 def test_given_boundaries_drop_eop_and_keep_every_byte():
@@ -86,7 +87,7 @@ def test_uniform_model_bpb_is_exact_with_either_boundary_mode(shard_rows, io, bo
 
 
 def test_patch_boundaries_is_checked():
-    with pytest.raises(ConfigError, match=r"model.patch_boundaries.*given"):
+    with pytest.raises(ConfigError, match=r"model.patching.boundaries.*given"):
         model_config(io="space", patch_boundaries="predicted")
 
 

@@ -11,9 +11,11 @@ import torch
 
 from hbpe.pipeline.shards.reader import ShardDir
 from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.schemes import BUILTIN_SCHEMES
 from hbpe.schemas.symbols import EOD, EOP, PAD
-from hbpe.schemas.train_config import IO_SCHEMES, model_config
+from hbpe.schemas.train_config import model_config
 from hbpe.training.data.byte_patching import (
+    UNBOUNDED_SAFETY_LIMIT,
     VocabularyBytes,
     patch_starts,
     sample_units,
@@ -85,8 +87,8 @@ def _schemes(tok):
         "bpe": build_scheme(model_config(io="bpe"), tok, derive=True),
         "bytes": build_scheme(model_config(io="bytes"), tok, derive=True),
         "space": build_scheme(model_config(io="space"), tok, derive=True),
-        "entropy": BytePatchScheme(vocab, 6, _FixedEntropy(), 2.5),
-        "entropy-unbounded": BytePatchScheme(vocab, None, _FixedEntropy(), 4.0),
+        "entropy": BytePatchScheme(vocab, 6, _FixedEntropy(), 2.5, width=7),
+        "entropy-unbounded": BytePatchScheme(vocab, None, _FixedEntropy(), 4.0, width=UNBOUNDED_SAFETY_LIMIT + 1),
     }
 
 
@@ -107,7 +109,7 @@ def test_every_scheme_predicts_the_same_bytes_and_loses_none(shard_rows):
     assert unbounded.shape[2] > 7  # longer than the bounded variant's 6 bytes + EOP
 
 
-@pytest.mark.parametrize("io", IO_SCHEMES)
+@pytest.mark.parametrize("io", BUILTIN_SCHEMES)
 def test_uniform_model_bpb_is_exact_through_every_scheme(shard_rows, io):
     """Zero output weights: every symbol costs ln V, so BPB = symbols * log2 V / the shared bytes."""
     tok, tokens = shard_rows
@@ -150,7 +152,7 @@ def test_entropy_threshold_reaches_the_target_mean_patch_length(shard_rows):
 
 
 def test_entropy_needs_its_model_and_a_threshold():
-    with pytest.raises(ConfigError, match="model.entropy_model"):
+    with pytest.raises(ConfigError, match="model.patching.entropy_model"):
         model_config(io="entropy", entropy_target_bytes=4.0)
     with pytest.raises(ConfigError, match="entropy_target_bytes"):
         model_config(io="entropy", entropy_model="x.pt")
@@ -174,12 +176,18 @@ def test_every_scheme_trains_from_the_same_shards(sample_shards, tmp_path):
     for io, extra in (
         ("bytes", []),
         ("space", []),
-        ("entropy", [f"model.entropy_model={tmp_path / 'bytes' / 'latest-rank0.pt'}", "model.entropy_target_bytes=3"]),
+        (
+            "entropy",
+            [
+                f"model.patching.entropy_model={tmp_path / 'bytes' / 'latest-rank0.pt'}",
+                "model.patching.entropy_target_bytes=3",
+            ],
+        ),
     ):
         out = train(load_config("tiny", [*base, f"save_folder={tmp_path / io}", f"model.io={io}", *extra]))
         results[io] = out["eval"]["BitsPerByte"]
     meta = json.loads((tmp_path / "entropy" / "hbpe_run.json").read_text())
-    assert meta["model"]["entropy_threshold"] > 0  # chosen on the shards and recorded for eval
+    assert meta["model"]["patching"]["entropy_threshold"] > 0  # chosen on the shards and recorded for eval
 
     from hbpe.training.checkpoint.load import load_model
     from hbpe.training.inference.evaluate import evaluate

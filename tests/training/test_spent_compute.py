@@ -108,7 +108,7 @@ def test_executed_flops_are_what_a_training_step_computes(io):
     cfg = _cfg(io)
     model = build_model(cfg, VocabSpec(vocab_size=300, max_patch_size=10, n_vocab=1000))
     B, N = 2, 33  # T = 32 latent positions
-    S = {"hierarchical": 10, "bpe": 1, "space": cfg.patch_max_bytes + 1}[io]
+    S = {"hierarchical": 10, "bpe": 1, "space": cfg.patching.max_bytes + 1}[io]
     # every position a real symbol: PAD positions cost the same
     key, shape = ("tokens", (B, N)) if io == "bpe" else ("patches", (B, N, S))
     batch = {key: torch.randint(0, 250, shape)}

@@ -66,9 +66,9 @@ def test_autoresume_equals_uninterrupted(sample_shards, tmp_path):
     assert (tmp_path / "cut" / "ep0-ba4-rank0.pt").exists() and not (tmp_path / "cut" / "ep0-ba8-rank0.pt").exists()
     resumed = train(cfg)  # autoresume picks up ep0-ba4 and finishes
     assert (resumed["resumed_at_batch"], resumed["batches"]) == (4, 8)
-    from hbpe.cli_train import _render_train
+    from hbpe.cli.train import render_train
 
-    assert _render_train(resumed).startswith("resumed at batch 4, trained to batch 8 in ")
+    assert render_train(resumed).startswith("resumed at batch 4, trained to batch 8 in ")
     # the first session's log is kept beside the resumed session's (Composer's FileLogger truncates)
     first_log, second_log = (tmp_path / "cut" / "train.log.1").read_text(), (tmp_path / "cut" / "train.log").read_text()
     assert "[batch=1]" in first_log and "[batch=1]" not in second_log and "[batch=8]" in second_log
@@ -149,6 +149,40 @@ def test_deriving_another_patch_size_is_said_not_silent(sample_shards, tmp_path,
     assert record.levelno == logging.WARNING
     assert f"derived tokenizer: S=10 full -> S=8 full ({len(s8.merges)} second-stage merges, V'={s8.vocab_size}" in (
         record.getMessage()
+    )
+
+
+def test_a_data_tokenizer_of_another_patch_size_is_the_one_decision_of_s_and_is_said(sample_shards, tmp_path, caplog):
+    """S is decided once: a data.tokenizer with another S than the shards' re-patches them as data.max_patch_size
+    does, so it is reported the same way (it was silent: derived None while the loader cut other patches)."""
+    import logging
+
+    from hbpe.pipeline.shards.reader import load_shard_tokenizer
+    from hbpe.pipeline.tokenizer import artifact
+    from hbpe.training.train.calibration import resolve_tokenizer
+
+    shards_tok = load_shard_tokenizer(sample_shards[0])
+    s8 = artifact.with_patch_size(shards_tok, max_patch_size=8, mode="full")
+    artifact.save(shards_tok, tmp_path / "own")
+    artifact.save(s8, tmp_path / "s8")
+    with caplog.at_level(logging.INFO, logger="hbpe.training.train"):
+        own, derived = resolve_tokenizer(train_cfg(sample_shards, tmp_path / "a", f"data.tokenizer={tmp_path / 'own'}"))
+        assert derived is None and own.fingerprint == shards_tok.fingerprint and not caplog.records  # a copy
+        tok, derived = resolve_tokenizer(train_cfg(sample_shards, tmp_path / "b", f"data.tokenizer={tmp_path / 's8'}"))
+    assert tok.fingerprint == s8.fingerprint and tok.max_patch_size == 8
+    assert derived == {
+        "from_max_patch_size": 10,  # the shards', not data.tokenizer's
+        "from_mode": "full",
+        "max_patch_size": 8,
+        "mode": "full",
+        "merges": len(s8.merges),
+        "vocab_size": s8.vocab_size,
+        "seconds": 0.0,  # nothing retrained: data.tokenizer is used as it is
+    }
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING
+    assert (
+        f"from data.tokenizer={tmp_path / 's8'}; the patches of {sample_shards[0]} are cut again" in record.getMessage()
     )
 
 

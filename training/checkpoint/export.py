@@ -19,6 +19,7 @@ from hbpe.training.checkpoint.export_format import (
 )
 from hbpe.training.checkpoint.hf_export import check_hf_exportable
 from hbpe.training.checkpoint.load import entropy_of, load_model
+from hbpe.training.schemes.registry import scheme_spec
 
 
 def export_model(checkpoint: str, out: str, *, overwrite: bool = False, format: str = "hbpe") -> dict[str, Any]:
@@ -35,7 +36,7 @@ def export_model(checkpoint: str, out: str, *, overwrite: bool = False, format: 
     model, tok, meta = load_model(checkpoint)
     if format == "hf":
         check_hf_exportable(model.cfg)
-    entropy = entropy_of(model.cfg) if model.cfg.io == "entropy" else None  # before `out` changes
+    entropy = entropy_of(model.cfg) if scheme_spec(model.cfg).uses_entropy_model else None  # before `out` changes
     where = checkpoint if storage.is_remote(checkpoint) else str(Path(checkpoint).resolve())
     source = meta.get("source") or {"checkpoint": where}
     hf = format == "hf"

@@ -7,7 +7,7 @@
                             last: its presence marks a complete export
     DIR/tokenizer/          the tokenizer artifact the model was trained with
     DIR/entropy_model/      io=entropy only: the byte-level model that cuts its patches, an export
-                            itself (entropy_files.py), checked against model.entropy_model_sha256
+                            itself (entropy_files.py), checked against model.patching.entropy_model_sha256
 
 Loading checks everything before it builds anything (an export is untrusted): the sizes are
 bounded (ModelConfig), the tokenizer must have the shape the description names, the weights file
@@ -58,6 +58,7 @@ from hbpe.training.checkpoint.names import (
     WEIGHTS_FILE,
 )
 from hbpe.training.model.patch_lm import PatchLM, VocabSpec, build_model
+from hbpe.training.schemes.registry import scheme_spec
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ def write_export(
     (hf_export.py), then the description)."""
     from safetensors.torch import save_file
 
-    if model.cfg.io == "entropy" and entropy is None:
+    if scheme_spec(model.cfg).uses_entropy_model and entropy is None:
         raise ConfigError("internal: an io=entropy model is exported with its entropy model (load.entropy_of)")
     dest = Path(out)
     _check_out(dest, overwrite=overwrite)
@@ -300,7 +301,7 @@ def load_exported(folder: str | os.PathLike, *, device: str | torch.device = "cp
         raise ArtifactError(f"{folder}/{TOKENIZER_DIR} does not match {MODEL_FILE}: the export was modified")
     source = str(folder / MODEL_FILE)
     try:
-        cfg = ModelConfig(**info["model"])  # every size bounded
+        cfg = ModelConfig.from_dict(info["model"])  # every size bounded; an older export's flat keys read too
     except (TypeError, ConfigError) as e:
         raise ArtifactError(f"{source}: model config does not fit this hbpe ({e}); re-export the model") from None
     check_tokenizer_shape(info, tok, source=source, tokenizer=str(folder / TOKENIZER_DIR))
@@ -346,7 +347,7 @@ def copy_entropy_model(cfg: ModelConfig, entropy: Any, into: str) -> ModelConfig
     """An export's copy of its entropy model (`load.entropy_of(cfg)`) in local folder `into` -> `cfg` with the copy's
     fingerprint (a run from an older hbpe recorded none)."""
     _write_copy(entropy, into)
-    return dataclasses.replace(cfg, entropy_model_sha256=weights_sha256(entropy.model))
+    return cfg.with_patching(entropy_model_sha256=weights_sha256(entropy.model))
 
 
 def _write_copy(entropy: Any, into: str, *, overwrite: bool = False) -> None:

@@ -22,7 +22,7 @@ from hbpe.schemas import shard_columns
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.names import is_relative_object_name
 from hbpe.schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAMES
-from hbpe.schemas.train_config import ModelConfig, TrainConfig
+from hbpe.schemas.train_config import ModelConfig, TrainConfig, nest_patching
 from hbpe.training.checkpoint.names import TOKENIZER_DIR
 from hbpe.training.checkpoint.run_files import RUN_FILE
 
@@ -142,14 +142,15 @@ def check_resume_matches(cfg: TrainConfig, tok: HierarchicalTokenizer) -> None:
         return
     try:
         old = json.loads(raw)
-        # a field added to ModelConfig since the run was written (model.entropy_model_sha256) has its default
-        old_model, old_fingerprint = {**asdict(ModelConfig()), **dict(old["model"])}, old["tokenizer_fingerprint"]
+        # a field added to ModelConfig since the run was written (model.patching.entropy_model_sha256) has its default
+        old_model = {**_model_settings(asdict(ModelConfig())), **_model_settings(dict(old["model"]))}
+        old_fingerprint = old["tokenizer_fingerprint"]
     except (ValueError, KeyError, TypeError) as e:
         raise ConfigError(
             f"{path} is not a readable {RUN_FILE} ({type(e).__name__}: {e}); autoresume cannot tell which run it "
             "continues: restore the file, or set save_folder to a new folder"
         ) from None
-    new_model = asdict(cfg.model)
+    new_model = _model_settings(asdict(cfg.model))
     unset = "(unset)"
     changed = [
         f"model.{k} {old_model.get(k, unset)} -> {new_model.get(k, unset)}"
@@ -208,6 +209,14 @@ def spans_duration(cfg: TrainConfig) -> bool:
 # what the order of the training samples depends on besides the shards (README, Multi-node): streaming's
 # shuffle and partition settings, the stream weights and the global batch size
 _ORDER_KEYS = ("shuffle", "shuffle_seed", "shuffle_algo", "shuffle_block_size", "num_canonical_nodes", "epoch_size")
+
+
+def _model_settings(model: dict[str, Any]) -> dict[str, Any]:
+    """A recorded model config by dotted key (`patching.max_bytes`); an older run's flat keys read into place."""
+    out: dict[str, Any] = {}
+    for key, value in nest_patching(model).items():
+        out.update({f"{key}.{k}": v for k, v in value.items()} if isinstance(value, dict) else {key: value})
+    return out
 
 
 def _order_settings(train_config: dict[str, Any]) -> dict[str, Any]:

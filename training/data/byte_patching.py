@@ -127,12 +127,6 @@ def patch_starts(units: np.ndarray, context: int, starts: np.ndarray, max_bytes:
     return starts | ((pos % max_bytes) == 0)
 
 
-def patch_limit(cfg) -> int:
-    """The longest patch in bytes a space or entropy model cuts (`cfg`: its ModelConfig)."""
-    bounded = cfg.io == "space" or cfg.entropy_bounded
-    return cfg.patch_max_bytes if bounded else UNBOUNDED_SAFETY_LIMIT
-
-
 def natural_starts(units: np.ndarray, entropy=None, threshold: float | None = None) -> np.ndarray:
     """One sample's patch starts by its scheme's rule: space patching, or entropy above `threshold`."""
     if entropy is None:
@@ -150,7 +144,7 @@ class SamplePatches:
 def to_patches(units: np.ndarray, context: int, starts: np.ndarray, width: int, *, eop: bool = True) -> SamplePatches:
     """Units cut at `starts` -> patch rows of `width` symbols (the longest patch + EOP must fit).
 
-    `eop=False` (model.patch_boundaries=given, BLT's setup): no EOP; the boundaries are the
+    `eop=False` (model.patching.boundaries=given, BLT's setup): no EOP; the boundaries are the
     patcher's, given to the model, and the longest patch alone must fit.
 
     >>> u = np.frombuffer(b"ab cd", dtype=np.uint8).astype(np.int32)

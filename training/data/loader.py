@@ -368,6 +368,54 @@ def stop_downloads(loader: torch.utils.data.DataLoader) -> None:
         executor.shutdown(wait=True)
 
 
+@dataclass(frozen=True)
+class LoaderPlan:
+    """What `build_dataloader` will stream, every check done: the streams with their manifests, how their samples
+    become patches, and each stream's shard check (its hash for streaming). Nothing is opened or downloaded yet."""
+
+    streams: list[StreamSpec]
+    where: str  # the shards, as messages name them
+    source: PatchSource
+    checks: list[ShardCheck]  # one per stream
+
+
+def plan_dataloader(
+    shards: str | Sequence[StreamSpec],
+    tok: HierarchicalTokenizer,
+    *,
+    cache_dir: str | None,
+    verify: str = "hash",
+    manifest: Manifest | None = None,
+    cache_limit: int | None = None,
+) -> LoaderPlan:
+    """The checks of `build_dataloader` (its arguments); writes nothing but an empty temporary cache when none is given."""
+    if verify not in ("hash", "size"):
+        raise ConfigError(f"verify must be 'hash' or 'size', got {verify!r}")
+    if isinstance(shards, str):
+        # the caller's copy of the manifest when it has read it already
+        streams = [StreamSpec(shards, cache_dir or tempfile.mkdtemp(prefix="hbpe-stream-"), manifest=manifest)]
+    else:
+        streams = list(shards)
+    streams = with_manifests(streams)
+    source = stream_source(streams, tok)
+    checks = [_check_stream(s, hashes=verify == "hash") for s in streams]
+    _check_cache_limit(cache_limit, max(c.max_shard_bytes for c in checks))
+    return LoaderPlan(streams, ", ".join(s.remote for s in streams), source, checks)
+
+
+def _check_stream(s: StreamSpec, *, hashes: bool) -> ShardCheck:
+    check = check_shards(s.remote, s.local, hashes=hashes, manifest=s.manifest)
+    log.info(
+        "checked %d shards and %d cached files of %s (%.1f MB) in %.1f ms",
+        check.shard_files,
+        check.cached_files,
+        s.remote,
+        check.bytes / 1e6,
+        check.seconds * 1e3,
+    )
+    return check
+
+
 def build_dataloader(
     shards: str | Sequence[StreamSpec],
     tok: HierarchicalTokenizer,
@@ -393,31 +441,24 @@ def build_dataloader(
     from the page cache) or `"size"` (sizes only, for directories too large to read at every start).
     `scheme` builds the model's batches (training/data/schemes.py; default: the tokenizer's patches).
     """
-    if verify not in ("hash", "size"):
-        raise ConfigError(f"verify must be 'hash' or 'size', got {verify!r}")
     options = options or StreamingOptions()
-    if isinstance(shards, str):
-        # the caller's copy of the manifest when it has read it already
-        streams = [StreamSpec(shards, cache_dir or tempfile.mkdtemp(prefix="hbpe-stream-"), manifest=manifest)]
-        where = shards
-    else:
-        streams = list(shards)
-        where = ", ".join(s.remote for s in streams)
-    streams = with_manifests(streams)
-    source = stream_source(streams, tok)
-    checked = []
-    for s in streams:
-        check = check_shards(s.remote, s.local, hashes=verify == "hash", manifest=s.manifest)
-        log.info(
-            "checked %d shards and %d cached files of %s (%.1f MB) in %.1f ms",
-            check.shard_files,
-            check.cached_files,
-            s.remote,
-            check.bytes / 1e6,
-            check.seconds * 1e3,
-        )
-        checked.append(check)
-    _check_cache_limit(options.cache_limit, max(c.max_shard_bytes for c in checked))
+    plan = plan_dataloader(
+        shards, tok, cache_dir=cache_dir, verify=verify, manifest=manifest, cache_limit=options.cache_limit
+    )
+    ds = _streaming_dataset(plan, batch_size=batch_size, shuffle=shuffle, shuffle_seed=shuffle_seed, options=options)
+    return torch.utils.data.DataLoader(
+        ds,
+        batch_size=batch_size,
+        collate_fn=Collator(tok, plan.source, where=plan.where, scheme=scheme),
+        num_workers=num_workers,
+        drop_last=drop_last,
+    )
+
+
+def _streaming_dataset(
+    plan: LoaderPlan, *, batch_size: int, shuffle: bool, shuffle_seed: int, options: StreamingOptions
+) -> torch.utils.data.IterableDataset:
+    """The checked StreamingDataset over the plan's streams (streaming is imported here: ~10 s)."""
     from streaming import Stream
 
     mix = [
@@ -431,10 +472,10 @@ def build_dataloader(
             # covers a local file changed after check_shards
             validate_hash=c.validate_hash,
         )
-        for s, c in zip(streams, checked)
+        for s, c in zip(plan.streams, plan.checks)
     ]
     with _one_dataset_setup_at_a_time():
-        ds = _checked_dataset_class()(
+        return _checked_dataset_class()(
             streams=mix,
             batch_size=batch_size,
             shuffle=shuffle,
@@ -446,10 +487,3 @@ def build_dataloader(
             shuffle_block_size=options.shuffle_block_size,
             epoch_size=options.epoch_size,
         )
-    return torch.utils.data.DataLoader(
-        ds,
-        batch_size=batch_size,
-        collate_fn=Collator(tok, source, where=where, scheme=scheme),
-        num_workers=num_workers,
-        drop_last=drop_last,
-    )

@@ -15,24 +15,23 @@ position j; a prediction of a position < first_target is not scored); and `text_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Protocol
 
 import numpy as np
 
-from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.symbols import EOD, PAD, TOKEN_EOD, TOKEN_PAD
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.data.byte_patching import (
     UNBOUNDED_SAFETY_LIMIT,
     VocabularyBytes,
     entropy_starts,
-    patch_limit,
     patch_starts,
     sample_units,
     space_starts,
     to_patches,
 )
+from hbpe.training.schemes.registry import scheme_spec
 
 
 class Scheme(Protocol):
@@ -93,7 +92,9 @@ class BytePatchScheme:
     entropy: object | None = None  # io=entropy: anything with `entropies(units) -> list[array]` (EntropyModel)
     threshold: float | None = None
     forced_splits: int = 0  # unbounded patches split at the safety limit (reported, not hidden)
-    eop: bool = True  # model.patch_boundaries=eop: each text patch ends with EOP; given: bytes only
+    eop: bool = True  # model.patching.boundaries=eop: each text patch ends with EOP; given: bytes only
+    _: KW_ONLY
+    width: int  # symbols of a patch row: the scheme's symbols_per_patch (training/schemes/space.py)
 
     def batch(self, tokens: np.ndarray, stored_patches: np.ndarray | None = None) -> dict[str, np.ndarray]:
         samples = [sample_units(row, self.vocab) for row in tokens]
@@ -108,9 +109,9 @@ class BytePatchScheme:
             starts = patch_starts(s.units, s.context, st, limit)
             if self.max_bytes is None:
                 self.forced_splits += int((starts & ~patch_starts(s.units, s.context, st, 1 << 30)).sum())
-            cut.append(to_patches(s.units, s.context, starts, limit + self.eop, eop=self.eop))
+            cut.append(to_patches(s.units, s.context, starts, self.width, eop=self.eop))
         T = max(len(p.patches) for p in cut)
-        W = limit + self.eop if self.max_bytes else max(int((p.patches != PAD).sum(1).max()) for p in cut)
+        W = self.width if self.max_bytes else max(int((p.patches != PAD).sum(1).max()) for p in cut)
         patches = np.full((len(cut), T, W), PAD, dtype=np.int64)
         text_positions = []
         for i, p in enumerate(cut):
@@ -125,22 +126,5 @@ class BytePatchScheme:
 
 
 def build_scheme(cfg: ModelConfig, tok, *, derive: bool, entropy_model: object | None = None) -> Scheme:
-    """The batch builder for `cfg.io` (`entropy_model`: an EntropyModel already loaded, e.g. by the trainer)."""
-    if cfg.io in ("hierarchical", "bpe"):
-        return TokenScheme(tok, derive)
-    vocab = vocabulary_bytes(tok)
-    if cfg.io == "bytes":
-        return ByteScheme(vocab)
-    if cfg.io == "space":
-        return BytePatchScheme(vocab, cfg.patch_max_bytes, eop=cfg.patch_boundaries == "eop")
-    if cfg.entropy_threshold is None:
-        raise ConfigError(
-            "model.io=entropy needs model.entropy_threshold, or model.entropy_target_bytes to choose one on the "
-            "training shards (hbpe train does); e.g. model.entropy_target_bytes=4.5"
-        )
-    if entropy_model is None:  # loading it is checkpoint/load.py's (scheme_for): this room reads no checkpoints
-        raise ConfigError(
-            f"internal: model.io=entropy needs its entropy model ({cfg.entropy_model}) loaded by the caller"
-        )
-    bound = patch_limit(cfg) if cfg.entropy_bounded else None  # None: padded to each batch's longest patch
-    return BytePatchScheme(vocab, bound, entropy_model, cfg.entropy_threshold, eop=cfg.patch_boundaries == "eop")
+    """The batch builder of `cfg.io`'s scheme (`entropy_model`: an EntropyModel already loaded, e.g. by the trainer)."""
+    return scheme_spec(cfg).batches(cfg, tok, derive=derive, entropy=entropy_model)

@@ -3,7 +3,7 @@
 `space` and `entropy` models read and write patches of bytes + EOP (V' = 259, no merges), so
 they generate through training/inference/generate.py like the paper's model: `ByteSymbols` stands in for
 the tokenizer there (the prompt cut by the scheme's rule, a patch closed by EOP, a patch that
-reaches S symbols without EOP split into patches that fit). With model.patch_boundaries=eop their
+reaches S symbols without EOP split into patches that fit). With model.patching.boundaries=eop their
 patches are self-delimiting: the local decoder ends each one, so the entropy model is needed only
 to cut the prompt. With `given` (BLT's setup) the patcher ends each patch while generating, as it
 cut the training text: its rule for where a patch starts reads only the bytes before that start
@@ -22,30 +22,30 @@ import numpy as np
 import torch
 
 from hbpe.schemas.symbols import EOD, EOP, NUM_BYTES, PAD, TOKEN_EOD
-from hbpe.training.checkpoint.load import load_entropy_model
 from hbpe.training.data.byte_patching import (
     BYTE_VOCAB,
     entropy_starts,
     natural_starts,
-    patch_limit,
     patch_starts,
     space_starts,
     to_patches,
 )
 from hbpe.training.model.layers import KVCache
+from hbpe.training.schemes.registry import scheme_spec
 
 
 class ByteSymbols:
     """The tokenizer interface generate.py uses, over bytes + EOP/PAD/EOD for space and entropy models."""
 
     def __init__(self, cfg, entropy=None) -> None:
-        self.limit = patch_limit(cfg)
-        self.eop = cfg.patch_boundaries == "eop"
-        self.max_patch_size = self.limit + self.eop  # bytes (+ EOP)
+        spec = scheme_spec(cfg)
+        self.limit = spec.max_patch_bytes(cfg)
+        self.eop = cfg.patching.boundaries == "eop"
+        self.max_patch_size = spec.symbols_per_patch(cfg)  # bytes (+ EOP)
         self.cfg, self.entropy = cfg, entropy
         # given boundaries: no symbol ends a patch, the patcher does (closes_patch)
         self.symbol_ends_patch = [s == EOP and self.eop for s in range(BYTE_VOCAB)]
-        self.never_symbols = [] if self.eop else [EOP]  # given: EOP was never a target, never generated
+        self.never_symbols = list(spec.never_generated(cfg))  # given: EOP was never a target, never generated
         if not self.eop:
             self.closes_patch = self._patcher_closes
 
@@ -55,7 +55,7 @@ class ByteSymbols:
         if not data:
             return []
         units = np.concatenate([[EOD], np.frombuffer(data, dtype=np.uint8)]).astype(np.int32)
-        natural = natural_starts(units, self.entropy, self.cfg.entropy_threshold)
+        natural = natural_starts(units, self.entropy, self.cfg.patching.entropy_threshold)
         cut = to_patches(units, 1, patch_starts(units, 1, natural, self.limit), self.max_patch_size, eop=self.eop)
         return [[int(s) for s in row if s != PAD] for row in cut.patches[1:]]
 
@@ -77,19 +77,12 @@ class ByteSymbols:
         if self.entropy is None:
             return bool(space_starts(units)[-1])
         ent = self.entropy.entropies([units[-ENTROPY_WINDOW:]])[0]
-        return bool(entropy_starts(ent, self.cfg.entropy_threshold)[-1])
+        return bool(entropy_starts(ent, self.cfg.patching.entropy_threshold)[-1])
 
 
 # the entropy model reads at most this many bytes back while generating (the training samples' length
 # in bytes is of this order: 128-2,048 tokens of ~4 bytes); a byte LM's next-byte entropy rests on the recent bytes
 ENTROPY_WINDOW = 8192
-
-
-def byte_symbols_for(model) -> ByteSymbols:
-    entropy = None
-    if model.cfg.io == "entropy":
-        entropy = load_entropy_model(model.cfg.entropy_model)
-    return ByteSymbols(model.cfg, entropy)
 
 
 @torch.inference_mode()

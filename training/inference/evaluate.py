@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import math
-import sys
 import tempfile
+import time
 
 import torch
 
+from hbpe.pipeline.progress_line import ProgressLine, rate
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.training.checkpoint.load import load_model, scheme_for
 from hbpe.training.data.loader import build_dataloader, check_compatible, read_manifest, stop_downloads
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
+from hbpe.training.schemes.registry import scheme_spec
 
 
 def check_finite_bpb(
@@ -45,6 +48,12 @@ def check_eval_args(*, batch_size: int, max_batches: int | None) -> None:
         )
 
 
+def _running(sums: torch.Tensor, t0: float) -> dict[str, str]:
+    """The progress line's numbers: BPB of the batches so far and text KB/s."""
+    nll, _, nbytes, _ = sums.tolist()
+    return {"BPB": f"{nll / math.log(2) / max(nbytes, 1):.4f}", "": rate(nbytes, time.monotonic() - t0)}
+
+
 @torch.inference_mode()
 def evaluate(
     checkpoint: str,
@@ -57,10 +66,9 @@ def evaluate(
 ) -> dict:
     """Every sample of `data` (or the first `max_batches` batches), in order, on `device` (see devices.py).
 
-    `progress` draws a tqdm bar on stderr (batches done of the total), for long evaluations.
+    `progress`: a progress line on stderr (batches done of the total, BPB so far, KB/s, time left), live on a
+    terminal, else a line every HBPE_PROGRESS_INTERVAL seconds.
     """
-    from tqdm import tqdm
-
     check_eval_args(batch_size=batch_size, max_batches=max_batches)
     model, tok, meta = load_model(checkpoint, device=device)
     device = next(model.parameters()).device
@@ -80,9 +88,10 @@ def evaluate(
             scheme=scheme,
         )
         total = len(dl) if max_batches is None else min(len(dl), max_batches)
-        bar = tqdm(total=total, unit="batch", desc="eval", file=sys.stderr, disable=not progress, dynamic_ncols=True)
-        # sums stay on the device (fp64 NLL): no host sync per batch on a GPU
+        # sums stay on the device (fp64 NLL): no host sync per batch on a GPU (the line reads them when it draws)
         sums = torch.zeros(4, dtype=torch.float64, device=device)  # nll, symbols, bytes, text patches
+        line = ProgressLine("eval", total) if progress else None
+        numbers = functools.partial(_running, sums, time.monotonic())  # `sums +=` adds in place: the same tensor
         for i, batch in enumerate(dl):
             if max_batches is not None and i >= max_batches:
                 break
@@ -96,8 +105,10 @@ def evaluate(
                     batch["text_positions"].sum().double(),
                 ]
             )
-            bar.update(1)
-        bar.close()
+            if line is not None:
+                line.update(1, numbers)
+        if line is not None:
+            line.close(numbers)
         stop_downloads(dl)  # before the cache is deleted
         del dl
     nll, counts = float(sums[0]), [int(v) for v in sums[1:].tolist()]
@@ -119,7 +130,7 @@ def evaluate(
         "symbols_per_patch": symbols / max(text_patches, 1),  # predicted symbols (EOD patches included)
         "bytes": nbytes,
         "symbols": symbols,
-        "max_patch_size": tok.max_patch_size if model.cfg.io == "hierarchical" else None,
+        "max_patch_size": tok.max_patch_size if scheme_spec(model.cfg).tokenizer_patches else None,
         "io": meta["model"]["io"],
         "device": str(device),
     }

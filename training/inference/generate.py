@@ -29,12 +29,13 @@ from dataclasses import dataclass
 
 import torch
 
-from hbpe.schemas.errors import ConfigError, HbpeError
+from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.symbols import EOD, PAD
-from hbpe.training.inference.byte_generation import byte_symbols_for, generate_bytes
+from hbpe.training.inference.byte_generation import generate_bytes
 from hbpe.training.inference.kv_decode import CachedPatchLM
 from hbpe.training.inference.sampling import Sampling, check_finite_top, check_sampling_args
 from hbpe.training.model.patch_lm import PatchLM
+from hbpe.training.schemes.registry import scheme_spec
 
 
 @dataclass
@@ -171,7 +172,7 @@ class _Row:
 
 
 def _choose(logits: torch.Tensor, sampling: Sampling, gen: torch.Generator) -> int:
-    """The next symbol from logits (V,) with PAD already excluded: argmax, or a draw (training/sampling.py)."""
+    """The next symbol from logits (V,) with PAD already excluded: argmax, or a draw (training/inference/sampling.py)."""
     return sampling.choose(logits, gen)
 
 
@@ -225,7 +226,7 @@ def generate_batch(
     """Continue every prompt, `batch_size` of them decoded together; one Generation per prompt, in order.
 
     Greedy by default (temperature 0: the most likely symbol); with a temperature, a draw from the
-    top_k most likely symbols and the top_p nucleus (training/sampling.py). A prompt's generation ends
+    top_k most likely symbols and the top_p nucleus (training/inference/sampling.py). A prompt's generation ends
     at the first stop string its generated text contains, which is left out of `text` (`stopped` is
     "stop" and `stop` names it); a stop string is never matched inside the prompt.
 
@@ -235,16 +236,9 @@ def generate_batch(
     the same prompt given twice gives two samples. Without the cache, prompts run one at a
     time through the modules (the reference).
     """
-    io = model.cfg.io
-    if io == "bpe":
-        raise HbpeError(
-            "generation is implemented for the patch models (hierarchical, space, entropy) and bytes; "
-            "this checkpoint has model.io=bpe (the embedding baseline), whose samples hbpe does not decode"
-        )
-    if io in ("space", "entropy"):
-        tok = byte_symbols_for(model)  # bytes (+ EOP) patches, cut by the model's scheme
-        if model.cfg.hash_ngram_buckets:
-            use_cache = False  # kv_decode's encoder has no hash n-gram tables: the modules' path has them
+    spec = scheme_spec(model.cfg)
+    tok = spec.generation_symbols(model, tok)  # the byte-patch schemes: bytes (+ EOP), cut by the model's patcher
+    use_cache = use_cache and spec.cached_generation(model.cfg)
     if not prompts:
         raise ConfigError("no prompts to continue; pass at least one, e.g. --prompt 'The State of the Union'")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -257,12 +251,7 @@ def generate_batch(
     limit = max_patches or max(4 * max_bytes, 16)
     rows = []
     for i, prompt in enumerate(prompts):
-        if io == "hierarchical":
-            context = [[EOD]] + [row[row != PAD].tolist() for row in tok.patches(tok.encode(prompt))]
-        elif io == "bytes":
-            context = [[EOD]] + [[b] for b in prompt.encode("utf-8")]  # one latent position per byte
-        else:
-            context = [[EOD], *tok.prompt_patches(prompt)]
+        context = [[EOD], *spec.prompt_patches(tok, prompt)]
         room = model.cfg.max_patches - len(context)
         if room < 1:
             which = "the prompt" if len(prompts) == 1 else f"prompt {i + 1} of {len(prompts)}"
@@ -272,7 +261,7 @@ def generate_batch(
             )
         gen = torch.Generator(device="cpu").manual_seed((seed + i) % (MAX_SEED + 1))
         rows.append(_Row(prompt, context, room, limit, max_bytes, gen, stops))
-    if io == "bytes":
+    if spec.per_position_generation:
         for row in rows:
             generate_bytes(model, row, sampling, use_cache=use_cache, choose=_choose)
         return [r.result() for r in rows]

@@ -34,9 +34,10 @@ import torch
 import torch.nn.functional as F
 
 from hbpe.schemas.errors import HbpeError
-from hbpe.schemas.symbols import EOP, PAD
+from hbpe.schemas.symbols import PAD
 from hbpe.training.model.layers import Transformer
 from hbpe.training.model.patch_lm import PatchLM
+from hbpe.training.schemes.registry import scheme_spec
 
 _Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (B, H, K, Dh), keys rotated
 
@@ -202,8 +203,7 @@ class CachedPatchLM:
         # added to m_psi's logits: PAD is never generated (+0 leaves every other logit as it was)
         self.never_pad = torch.zeros(self.head.shape[0], dtype=self.head.dtype, device=self.device)
         self.never_pad[PAD] = float("-inf")
-        if model.cfg.io in ("space", "entropy") and model.cfg.patch_boundaries == "given":
-            self.never_pad[EOP] = float("-inf")  # never a target: the patcher gives the boundaries
+        self.never_pad[list(scheme_spec(model.cfg).never_generated(model.cfg))] = float("-inf")  # never a target
         self.lat_cache: _Cache = []
         self.positions: list[int] = []  # next latent position of each row
         self.valid: torch.Tensor | None = None  # (B, K) filled latent slots, None while every slot is filled

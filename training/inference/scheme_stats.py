@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from hbpe.schemas.symbols import EOD, PAD
-from hbpe.schemas.train_config import EMBEDDING_IOS, ModelConfig, TrainConfig
+from hbpe.schemas.train_config import ModelConfig, TrainConfig
 from hbpe.training.checkpoint.load import load_entropy_model
 from hbpe.training.data.byte_patching import sample_units
 from hbpe.training.data.schemes import Scheme, build_scheme, vocabulary_bytes
@@ -29,6 +29,7 @@ from hbpe.training.data.token_rows import read_token_rows
 from hbpe.training.model.flops import paper_forward_flops
 from hbpe.training.model.paper_flops import with_ffn_readings
 from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
+from hbpe.training.schemes.registry import scheme_spec
 from hbpe.training.train.calibration import threshold_on_shards
 from hbpe.training.train.config_io import check_local
 
@@ -71,7 +72,7 @@ def measure(scheme: Scheme, io: str, tokens: np.ndarray, words: int, *, batch_si
         b = scheme.batch(tokens[i : i + batch_size], None)
         nbytes += int(b["target_bytes"].sum())
         positions += int(b["text_positions"].sum())
-        if io in EMBEDDING_IOS:
+        if scheme_spec(io).embedding:
             symbols += int(b["text_positions"].sum())
             continue
         patches = b["patches"]
@@ -111,14 +112,7 @@ def table1_row(cfg: ModelConfig, tok, stats: PatchingStats, *, input_bytes: int)
 
 def scheme_label(cfg: ModelConfig) -> str:
     """The paper's row names."""
-    if cfg.io == "entropy":
-        return f"entropy patch, max {cfg.patch_max_bytes}" if cfg.entropy_bounded else "entropy patch, unbounded"
-    return {
-        "space": f"space patch, max {cfg.patch_max_bytes}",
-        "bytes": "byte level",
-        "bpe": "BPE",
-        "hierarchical": "BPE-patch",
-    }[cfg.io]
+    return scheme_spec(cfg).label(cfg)
 
 
 def scheme_variants(base: ModelConfig) -> list[ModelConfig]:
@@ -126,8 +120,9 @@ def scheme_variants(base: ModelConfig) -> list[ModelConfig]:
     import dataclasses
 
     out = [dataclasses.replace(base, io=io) for io in ("hierarchical", "bpe", "bytes", "space")]
-    if base.entropy_model and (base.entropy_threshold is not None or base.entropy_target_bytes is not None):
-        out += [dataclasses.replace(base, io="entropy", entropy_bounded=b) for b in (True, False)]
+    p = base.patching
+    if p.entropy_model and (p.entropy_threshold is not None or p.entropy_target_bytes is not None):
+        out += [dataclasses.replace(base.with_patching(entropy_bounded=b), io="entropy") for b in (True, False)]
     return out
 
 
@@ -150,16 +145,15 @@ def flops_table(
     base: ModelConfig, tok, shards: str, *, input_bytes: int = 8192, samples: int = 256
 ) -> list[dict[str, Any]]:
     """Table 1 for every scheme on `shards`: patching measured on its first `samples` samples."""
-    import dataclasses
 
     tokens = read_token_rows(shards, tok, samples=samples)
     words = count_words(tokens, vocabulary_bytes(tok))
     rows, entropy = [], None
     for cfg in scheme_variants(base):
-        if cfg.io == "entropy":
-            entropy = entropy or load_entropy_model(cfg.entropy_model)
-            if cfg.entropy_threshold is None:
-                cfg = dataclasses.replace(cfg, entropy_threshold=threshold_on_shards(cfg, tok, shards, entropy))
+        if scheme_spec(cfg).uses_entropy_model:
+            entropy = entropy or load_entropy_model(cfg.patching.entropy_model)
+            if cfg.patching.entropy_threshold is None:
+                cfg = cfg.with_patching(entropy_threshold=threshold_on_shards(cfg, tok, shards, entropy))
         scheme = build_scheme(cfg, tok, derive=True, entropy_model=entropy)
         row = table1_row(cfg, tok, measure(scheme, cfg.io, tokens, words), input_bytes=input_bytes)
         rows.append(with_ffn_readings(row, cfg, vocab_size=output_vocab(cfg, tok)))  # paper_flops.py

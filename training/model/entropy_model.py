@@ -1,14 +1,14 @@
 """Next-byte entropies from a small byte-level LM, for entropy patching (as in BLT).
 
 No pretrained entropy model is reachable offline, so ours is an hbpe model trained with
-`model.io=bytes` on the same shards; `model.entropy_model` names its checkpoint (kept with the
+`model.io=bytes` on the same shards; `model.patching.entropy_model` names its checkpoint (kept with the
 run and its exports, and checked, by entropy_files.py). Entropies
 are computed in the loader, batch by batch, where the byte model is a few percent of a
 training step at the mini sizes (README: `hbpe bench train` per scheme); a shard column
 would fix the entropy model and threshold at conversion time, which an experiment sweeps.
 
-The global threshold is given (`model.entropy_threshold`) or chosen on a sample of the
-training shards so the mean patch length reaches `model.entropy_target_bytes`; the chosen
+The global threshold is given (`model.patching.entropy_threshold`) or chosen on a sample of the
+training shards so the mean patch length reaches `model.patching.entropy_target_bytes`; the chosen
 value is written into the run's model config, so eval and generation cut the same patches.
 """
 
@@ -23,6 +23,7 @@ import torch
 
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.symbols import EOD, TOKEN_EOD, TOKEN_PAD
+from hbpe.training.schemes.registry import scheme_spec
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +36,9 @@ class EntropyModel:
     """
 
     def __init__(self, model: torch.nn.Module, *, source: str, tok: Any = None) -> None:
-        if getattr(model.cfg, "io", None) != "bytes":
+        if not scheme_spec(model.cfg).next_byte:
             raise ConfigError(
-                f"model.entropy_model={source} is a model.io={model.cfg.io} checkpoint; entropy patching needs a "
+                f"model.patching.entropy_model={source} is a model.io={model.cfg.io} checkpoint; entropy patching needs a "
                 "byte-level model: train one with model.io=bytes on the same shards and name its checkpoint"
             )
         self.model, self.source, self.tok = model.eval(), source, tok

@@ -26,7 +26,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hbpe.schemas.symbols import PAD
-from hbpe.schemas.train_config import EMBEDDING_IOS, ModelConfig
+from hbpe.schemas.train_config import ModelConfig
+from hbpe.training.schemes.registry import scheme_spec
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -69,13 +70,14 @@ def forward_flops_by_part(
     `vocab_size` is the output vocabulary: V' for the hierarchical model, the first stage's
     for the BPE baseline (whose latent transformer then carries the logits).
     """
-    latent_vocab = vocab_size if cfg.io in EMBEDDING_IOS else 0
+    embedding = scheme_spec(cfg).embedding  # one embedding row per latent position, no local models
+    latent_vocab = vocab_size if embedding else 0
     latent = transformer_flops(
         patches, cfg.latent_dim, cfg.latent_layers, latent_vocab, ffn=cfg.latent_ffn, heads=cfg.latent_heads,
         mlp_mats=mlp_mats,
     )  # fmt: skip
     enc = dec = 0.0
-    if cfg.io not in EMBEDDING_IOS:
+    if not embedding:
         local = dict(ffn=cfg.local_ffn, heads=cfg.local_heads, mlp_mats=mlp_mats)
         enc = patches * transformer_flops(patch_len, cfg.local_dim, cfg.encoder_layers, 0, **local)
         dec = patches * transformer_flops(patch_len, cfg.local_dim, cfg.decoder_layers, vocab_size, **local)
@@ -113,7 +115,7 @@ def train_flops_per_sample(cfg: ModelConfig, *, seq_len: int, max_patch_size: in
     fwd = forward_flops_by_part(
         cfg, patches=T, patch_len=max_patch_size, vocab_size=vocab_size, mlp_mats=SWIGLU_MLP_MATS
     )["total"]
-    if cfg.io not in EMBEDDING_IOS:
+    if not scheme_spec(cfg).embedding:
         fwd += 2 * 2 * T * cfg.local_dim * cfg.latent_dim  # to_latent and from_latent, once per patch
     return 3.0 * fwd
 
@@ -153,7 +155,7 @@ def batch_train_flops(cfg: ModelConfig, x: Tensor, *, vocab_size: int) -> dict[s
     """
     B, N = x.shape[:2]
     T = N - 1
-    if cfg.io in EMBEDDING_IOS:
+    if scheme_spec(cfg).embedding:
         paper = forward_flops_by_part(cfg, patches=T, patch_len=1, vocab_size=vocab_size, mlp_mats=CHINCHILLA_MLP_MATS)
         executed = B * train_flops_per_sample(cfg, seq_len=N, max_patch_size=1, vocab_size=vocab_size)
         return {"executed": executed, "pad": 0.0, "paper": 3.0 * B * paper["total"]}

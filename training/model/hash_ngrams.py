@@ -28,7 +28,7 @@ _MOD = 2_147_483_647
 def ngram_parameters(buckets: int, local_dim: int) -> int:
     """Parameters of the tables: one (buckets, local_dim) matrix per n.
 
-    >>> ngram_parameters(82_700, 512) / 1e6  # the paper-setup presets' tables (training/experiments/presets.py)
+    >>> ngram_parameters(82_700, 512) / 1e6  # the paper-setup presets' tables (hbpe/experiments/presets.py)
     254.0544
     """
     return len(NGRAM_SIZES) * buckets * local_dim

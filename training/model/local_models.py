@@ -19,6 +19,7 @@ from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.model.hash_ngrams import HashNgramEmbedding
 from hbpe.training.model.layers import KVCache, Transformer
 from hbpe.training.model.packing import PatchPacking
+from hbpe.training.schemes.registry import scheme_spec
 
 
 def _local_transformer(cfg: ModelConfig, layers: int) -> Transformer:
@@ -50,8 +51,8 @@ class LocalEncoder(nn.Module):
         # the byte baselines' hash n-gram embeddings (BLT); registered last and only when on, so that every
         # other model initialises (and loads) as before
         self.hash_ngrams = None
-        if cfg.hash_ngram_buckets and cfg.io in ("space", "entropy"):
-            self.hash_ngrams = HashNgramEmbedding(cfg.hash_ngram_buckets, cfg.local_dim)
+        if cfg.patching.hash_ngram_buckets and scheme_spec(cfg).byte_patches:
+            self.hash_ngrams = HashNgramEmbedding(cfg.patching.hash_ngram_buckets, cfg.local_dim)
 
     def forward(self, patches: torch.Tensor) -> torch.Tensor:
         """(B, T, S) symbols -> e (B, T, D); every patch is encoded on its own (hash n-grams read back across)."""

@@ -4,7 +4,7 @@ The paper's numbers disagree on the local models' FFN width: its parameter count
 FLOPs 384, its hyper-parameter table says 512 (hbpe's `small` and `medium` keep 512). `hbpe flops`
 shows what each reading gives next to the paper's GFLOPs, for the rows measured on the shards and
 for the paper's own setup: the small size, 8,192 bytes, the paper's patch lengths, and the byte
-baselines with the boundaries given by the patcher (BLT's setup, model.patch_boundaries=given):
+baselines with the boundaries given by the patcher (BLT's setup, model.patching.boundaries=given):
 
     space patch, max 6         4.29 bytes per patch: the paper's 6.22 bytes per word (4.12 bytes
                                per gpt2 token x fertility 1.51) over its space fertility 1.45
@@ -65,7 +65,7 @@ def paper_setup_rows(input_bytes: int = 8192) -> list[dict[str, Any]]:
     """The paper's rows with local models at its small size and patch lengths, boundaries given, per FFN reading."""
     rows = []
     for label, (io, bpp, spp, vocab) in _PAPER_PATCHING.items():
-        cfg = model_config("small", io=io, patch_boundaries="given")
+        cfg = model_config("small", io=io, patching={"boundaries": "given"})
         symbols = bpp if spp is None else spp  # given boundaries: a byte patch is its bytes, no EOP
         rows.append(
             {

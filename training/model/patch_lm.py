@@ -16,11 +16,10 @@ import torch
 from torch import nn
 
 from hbpe.schemas.errors import ArtifactError, ConfigError
-from hbpe.schemas.symbols import NUM_BYTES
 from hbpe.schemas.train_config import ModelConfig
-from hbpe.training.data.byte_patching import BYTE_VOCAB
 from hbpe.training.model.layers import KVCache, Transformer
-from hbpe.training.model.patch_io import BPEEmbeddingIO, HierarchicalPatchIO, PatchIO
+from hbpe.training.model.patch_io import PatchIO
+from hbpe.training.schemes.registry import scheme_spec
 
 
 @dataclass(frozen=True)
@@ -109,13 +108,4 @@ def _init_weights(m: nn.Module) -> None:
 
 def build_model(cfg: ModelConfig, spec: VocabSpec) -> PatchLM:
     """The model `cfg.io` names, shaped by the tokenizer's `spec` (VocabSpec.from_tokenizer / from_run_meta)."""
-    if cfg.io == "hierarchical":
-        io: PatchIO = HierarchicalPatchIO(cfg, vocab_size=spec.vocab_size, max_patch_size=spec.max_patch_size)
-    elif cfg.io == "bpe":
-        io = BPEEmbeddingIO(cfg, n_vocab=spec.n_vocab)
-    elif cfg.io == "bytes":
-        io = BPEEmbeddingIO(cfg, n_vocab=NUM_BYTES)
-    else:  # space, entropy: the paper's local models over bytes + EOP/PAD/EOD, no merges
-        S = cfg.patch_max_bytes + (cfg.patch_boundaries == "eop")  # given boundaries: no EOP position
-        io = HierarchicalPatchIO(cfg, vocab_size=BYTE_VOCAB, max_patch_size=S)
-    return PatchLM(cfg, io)
+    return PatchLM(cfg, scheme_spec(cfg).build_io(cfg, spec))

@@ -1,10 +1,14 @@
-"""Text bytes and patches per second of training, the numbers `hbpe bench train` reports."""
+"""Training's own callbacks: text bytes and patches per second (the numbers `hbpe bench train` reports), and the
+progress line a run shows on stderr."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from composer import Callback, Logger, State
+
+from hbpe.pipeline.progress_line import ProgressLine, progress_interval, rate
 
 
 class ThroughputMeter(Callback):
@@ -58,3 +62,69 @@ def batch_flops(state: State) -> dict[str, float]:
     where Composer has wrapped the model (DistributedDataParallel keeps it as `.module`)."""
     model = state.model
     return (model if hasattr(model, "batch_flops") else model.module).batch_flops(state.batch)
+
+
+class TrainProgress(Callback):
+    """One progress line on stderr while a run trains (rank 0): batches done of the total, the last batch's loss
+    and BPB, text KB/s, time left; a line of its own with each evaluation's BPB. It stands in for Composer's
+    console logger, whose every-metric dumps (config key console_metrics) say little while a run goes."""
+
+    def __init__(self, *, interval_s: float | None = None) -> None:
+        # read now (build_run): a wrong HBPE_PROGRESS_INTERVAL is said before the run folder is touched
+        self.interval_s = progress_interval() if interval_s is None else interval_s
+        self._line: ProgressLine | None = None
+        self._bytes: Any = 0  # a tensor on the run's device once a batch is seen: summed there, read when drawn
+        self._t0 = 0.0
+
+    def fit_start(self, state: State, logger: Logger) -> None:
+        from composer.utils import dist
+
+        if dist.get_global_rank() != 0:
+            return
+        done = int(state.timestamp.batch)  # a resumed run starts at its checkpoint's batch
+        self._line = ProgressLine("train", total_batches(state), initial=done, interval_s=self.interval_s)
+        self._t0 = time.monotonic()
+
+    def batch_end(self, state: State, logger: Logger) -> None:
+        if self._line is None:
+            return
+        self._bytes = self._bytes + state.batch["target_bytes"].sum()
+        self._line.update(1, lambda: self._fields(state))
+
+    def eval_end(self, state: State, logger: Logger) -> None:
+        if self._line is None:
+            return
+        metrics = state.eval_metrics.get(state.dataloader_label or "eval", {})
+        if "BitsPerByte" in metrics:
+            bpb = float(metrics["BitsPerByte"].compute())
+            self._line.write(f"eval at batch {int(state.timestamp.batch)}: BPB {bpb:.4f}")
+
+    def fit_end(self, state: State, logger: Logger) -> None:
+        if self._line is not None:
+            self._line.close(lambda: self._fields(state))
+            self._line = None
+
+    def _fields(self, state: State) -> dict[str, str]:
+        out = {}
+        loss = state.loss
+        if hasattr(loss, "item"):  # a tensor (Composer keeps a dict or tuple for some models: then no loss shown)
+            out["loss"] = f"{float(loss):.3f}"
+        bpb = state.train_metrics.get("BitsPerByte") if state.train_metrics else None
+        if bpb is not None:
+            out["BPB"] = f"{float(bpb.compute()):.3f}"
+        out[""] = rate(float(self._bytes), time.monotonic() - self._t0)
+        return out
+
+
+def total_batches(state: State) -> int | None:
+    """The run's length in batches where max_duration says it (batches, or epochs of a known length)."""
+    from composer.core import TimeUnit
+
+    duration = state.max_duration
+    if duration is None:
+        return None
+    if duration.unit == TimeUnit.BATCH:
+        return int(duration.value)
+    if duration.unit == TimeUnit.EPOCH and state.dataloader_len is not None:
+        return int(duration.value) * int(state.dataloader_len)
+    return None

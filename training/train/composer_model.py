@@ -7,10 +7,11 @@ from typing import Any
 import torch
 from composer.models import ComposerModel
 
-from hbpe.schemas.train_config import EMBEDDING_IOS, LOSS_NORMALIZATIONS
+from hbpe.schemas.train_config import LOSS_NORMALIZATIONS
 from hbpe.training.model.flops import batch_train_flops
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
 from hbpe.training.model.patch_lm import PatchLM
+from hbpe.training.schemes.registry import scheme_spec
 from hbpe.training.train.metrics import BitsPerByte, LossPerSymbol
 
 
@@ -61,7 +62,7 @@ class HierarchicalComposerModel(ComposerModel):
         From the batch itself: the byte schemes' latent length and patch width vary by batch, and the
         packed local models' work by the real symbols of its patches (training/model/flops.py).
         """
-        x = batch["tokens"] if self.model.cfg.io in EMBEDDING_IOS else batch["patches"]
+        x = scheme_spec(self.model.cfg).latent_input(batch)
         # asked up to three times per batch (SpeedMonitor, the throughput meter, an experiment's curve): counted once,
         # since counting the real symbols reads the whole batch (and syncs with a GPU)
         cached = getattr(self, "_flops_of", None)

@@ -5,6 +5,12 @@ OmegaConf merges the YAML and the overrides and resolves interpolations (`${run_
 by the typed dataclasses of schemas/train_config.py, so a wrong type, an unknown key or an
 interpolation that does not resolve is one ConfigError line naming the key.
 
+A config may start from others: `base: tiny` or `base: [../common.yaml, gpu.yaml]` (shipped names, or
+paths relative to the file that names them), merged in order, each section deeply, the file's own keys
+last (later wins; a list is replaced whole). A config can come from anyone, so a base must stay inside
+the folder of the config named on the command line or the shipped configs (never `/etc/...`, a URI or
+`../../` out of it), and bases may not loop or nest deeper than MAX_BASE_DEPTH.
+
 `load_config` is the entry every caller uses (the CLI, the demo, Composer's launcher ranks):
 after the types it checks what only this machine can tell, that the local paths exist and
 the device is there, so `hbpe train tiny` run before `make demo` or from another directory
@@ -22,6 +28,7 @@ from omegaconf.errors import GrammarParseError, MissingMandatoryValue, OmegaConf
 
 from hbpe.pipeline import storage
 from hbpe.schemas.errors import ConfigError, one_line
+from hbpe.schemas.locations import is_uri
 from hbpe.schemas.train_config import TrainConfig
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # training/configs
@@ -29,6 +36,8 @@ MAX_CONFIG_BYTES = 1 << 20  # the shipped configs are under 4 KB
 # values once every alias is expanded, as OmegaConf copies them: an anchor "bomb" of 7 levels of 9 aliases
 # holds 4.8M and took minutes and gigabytes (the shipped configs: about 100)
 MAX_YAML_NODES = 100_000
+MAX_BASE_DEPTH = 8  # base: chains (a base of a base ...); the shipped configs use none
+MAX_BASE_FILES = 64  # files one config may read through its bases, diamonds counted each time
 
 
 def resolve_config_path(path: str) -> Path:
@@ -209,12 +218,8 @@ def _check_device(cfg: TrainConfig) -> None:
         )
 
 
-def load_config(path: str, overrides: list[str] | None = None, *, check_paths: bool = True) -> TrainConfig:
-    """Read a YAML config (a path or a shipped name), apply overrides, validate.
-
-    `check_paths=False` skips `check_local` (a config built on one machine for another).
-    """
-    p = resolve_config_path(path)
+def read_config_file(p: Path) -> dict[str, Any]:
+    """One YAML file's top-level mapping (bounded in size and aliases), or one ConfigError naming the file."""
     try:
         with open(p, "rb") as f:
             data = f.read(MAX_CONFIG_BYTES + 1)
@@ -231,6 +236,82 @@ def load_config(path: str, overrides: list[str] | None = None, *, check_paths: b
         raise ConfigError(
             f"{p}: the top level is {type(d).__name__}, not a mapping of config keys; write it like `max_duration: 100ba`"
         )
+    return d
+
+
+def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` over `base`: sections (mappings) merge key by key, any other value (a list included) is replaced."""
+    out = dict(base)
+    for key, value in top.items():
+        below = out.get(key)
+        out[key] = deep_merge(below, value) if isinstance(below, dict) and isinstance(value, dict) else value
+    return out
+
+
+def _base_names(d: dict[str, Any], p: Path) -> list[str]:
+    names = d.pop("base", None)
+    names = [] if names is None else [names] if isinstance(names, str) else names
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(f"{p}: base is {names!r}; write one config (base: tiny, base: common.yaml) or a list of them")
+    return names
+
+
+def _resolve_base(name: str, including: Path, allowed: tuple[Path, ...]) -> Path:
+    """A base's file: a shipped name, or a path relative to the including file, inside an allowed folder."""
+    if is_uri(name) or name.startswith("file:"):
+        raise ConfigError(f"{including}: base {name!r} is a URI; a base is a local YAML file beside the config")
+    relative = (including.parent / name).resolve()
+    shipped = CONFIG_DIR / f"{name.removesuffix('.yaml')}.yaml"
+    if not relative.exists() and "/" not in name and shipped.is_file():
+        return shipped.resolve()
+    if not any(relative.is_relative_to(folder) for folder in allowed):
+        raise ConfigError(
+            f"{including}: base {name!r} resolves to {relative}, outside {' and '.join(map(str, allowed))}; a config "
+            "may only build on files in its own folder (or below) and the shipped configs"
+        )
+    if not relative.is_file():
+        names = ", ".join(sorted(q.stem for q in CONFIG_DIR.glob("*.yaml")))
+        what = "is a directory" if relative.is_dir() else "not found"
+        raise ConfigError(
+            f"{including}: base {name!r} {what} (looked for {relative}); name a YAML file relative to "
+            f"{including.parent} or a shipped config: {names}"
+        )
+    return relative
+
+
+def read_with_bases(p: Path, *, allowed: tuple[Path, ...] | None = None, chain: tuple[Path, ...] = (),
+                    budget: list[int] | None = None) -> dict[str, Any]:  # fmt: skip
+    """A config file merged over its `base:` files (recursively): the plain mapping it stands for."""
+    real = p.resolve()  # messages name the file as given; loops and places are checked on the real path
+    allowed = allowed or (real.parent, CONFIG_DIR.resolve())
+    budget = budget if budget is not None else [MAX_BASE_FILES]
+    if real in chain:
+        loop = " -> ".join(str(q) for q in (*chain[chain.index(real) :], real))
+        raise ConfigError(f"config bases loop: {loop}; remove one of these base: entries")
+    if len(chain) > MAX_BASE_DEPTH:
+        raise ConfigError(
+            f"{chain[0]}: bases nested over {MAX_BASE_DEPTH} deep (down to {p}); flatten the chain into fewer files"
+        )
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ConfigError(f"{chain[0]}: its bases read over {MAX_BASE_FILES} files; build on fewer configs")
+    d = read_config_file(p)
+    merged: dict[str, Any] = {}
+    for name in _base_names(d, p):
+        base = read_with_bases(_resolve_base(name, real, allowed), allowed=allowed, chain=(*chain, real), budget=budget)
+        merged = deep_merge(merged, base)
+    return deep_merge(merged, d)
+
+
+def load_config(path: str, overrides: list[str] | None = None, *, check_paths: bool = True) -> TrainConfig:
+    """Read a YAML config (a path or a shipped name) over its bases, apply overrides, validate.
+
+    `check_paths=False` skips `check_local` (a config built on one machine for another).
+    """
+    if any(item.split("=", 1)[0].split(".", 1)[0] == "base" for item in overrides or ()):
+        raise ConfigError("base is not an override: write `base: FILE` in the YAML file (bases merge under the file)")
+    p = resolve_config_path(path)
+    d = read_with_bases(p)
     try:
         merged = OmegaConf.create(d)
     except OmegaConfBaseException as e:  # a bad ${...}, or a YAML value OmegaConf cannot hold (a date)

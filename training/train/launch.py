@@ -9,13 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hbpe.pipeline.library_chatter import quiet_if_asked
 from hbpe.pipeline.parent_watch import exit_with_parent
 from hbpe.schemas.errors import HbpeError, debug_traceback, internal_error_line, one_line, os_problem
 from hbpe.training.train.config_io import load_config
+from hbpe.training.train.launch_command import RESULT_FILE_ENV
 from hbpe.training.train.trainer import train
-
-# where rank 0 writes the result as JSON (set by `hbpe train --nproc N`); unset: an `HBPE_RESULT {json}` line
-RESULT_FILE_ENV = "HBPE_RESULT_FILE"
 
 
 def _internal_error(e: BaseException) -> None:
@@ -40,6 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     if not argv:
         raise SystemExit("usage: python -m hbpe.training.train.launch CONFIG [key=value ...]")
     stop_with_launcher()
+    quiet_if_asked()  # `hbpe -q train --nproc N`: this rank's libraries are quiet too
     try:
         result = train(load_config(argv[0], argv[1:]))
     except KeyboardInterrupt:

@@ -22,6 +22,9 @@ from typing import Any
 from hbpe.pipeline.parent_watch import parent_death_preexec
 from hbpe.schemas.errors import ConfigError, HbpeError
 
+# where rank 0 writes the result as JSON (set by `hbpe train --nproc N`); unset: an `HBPE_RESULT {json}` line.
+# Here, not in launch.py (which imports Composer), so that the launching process reads it for free
+RESULT_FILE_ENV = "HBPE_RESULT_FILE"
 RENDEZVOUS_TIMEOUT_ENV = "HBPE_RENDEZVOUS_TIMEOUT"
 RENDEZVOUS_MARKS_ENV = "HBPE_RENDEZVOUS_MARKS"  # the folder where each rank marks its rendezvous (rendezvous_marked)
 DEFAULT_RENDEZVOUS_TIMEOUT_S = 60.0

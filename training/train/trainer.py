@@ -31,7 +31,7 @@ from hbpe.training.data.streams import build_dataloaders, cache_root, claim_cach
 from hbpe.training.model.devices import composer_device
 from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
 from hbpe.training.train.calibration import resolve_entropy_threshold, resolve_tokenizer
-from hbpe.training.train.callbacks import ThroughputMeter
+from hbpe.training.train.callbacks import ThroughputMeter, TrainProgress
 from hbpe.training.train.composer_model import HierarchicalComposerModel
 from hbpe.training.train.launch_command import rendezvous_marked
 from hbpe.training.train.loggers import build_callbacks, build_loggers
@@ -41,6 +41,7 @@ from hbpe.training.train.parallelize import attach_fsdp_hooks, parallelism_confi
 
 if TYPE_CHECKING:
     from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
+    from hbpe.schemas.manifest import Manifest
     from hbpe.training.model.patch_lm import PatchLM
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ def _trainer_kwargs(
         **_load_kwargs(cfg, resume_from),
         progress_bar=False,
         load_progress_bar=False,  # a checkpoint downloaded from a bucket (resume, load_path): no bar either
-        log_to_console=cfg.console,
+        log_to_console=cfg.console_metrics,
         console_log_interval=cfg.log_interval,
         python_log_level=None,
     )
@@ -246,6 +247,46 @@ def _poll_uploads_often(trainer: Any) -> None:
         saver._symlink_upload_wait_before_next_try_in_seconds = 1.0
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """What `build_run` trains, every check done once the process group is up and before anything is built or
+    written: the tokenizer (hence S: resolve_tokenizer decides it, once), the config as trained, the training
+    shards' manifests and the checkpoint autoresume continues."""
+
+    cfg: TrainConfig  # as trained: an entropy threshold chosen on the shards included
+    device: str
+    world: int
+    tok: HierarchicalTokenizer
+    derived: dict[str, Any] | None  # another second stage than the shards' (resolve_tokenizer), else None
+    entropy_model: Any | None
+    manifests: list[Manifest]  # of cfg.data.train_sources, in order
+    resume_from: str | None
+
+    @property
+    def device_batch(self) -> int:
+        return self.cfg.global_batch_size // self.world
+
+    @property
+    def seq_len(self) -> int:
+        return self.manifests[0].seq_len  # the same for every stream (data.stream_source checks it)
+
+
+def plan_run(cfg: TrainConfig, *, device: str, world: int, save_enabled: bool = True) -> RunPlan:
+    """The checks of `build_run` that read the shards and the save folder; they write nothing."""
+    from composer.utils import dist
+
+    # read once: S here, seq_len and the epoch's samples below, shard checks in the loader
+    train_manifests = [read_manifest(src) for src in cfg.data.train_sources]
+    tok, derived = resolve_tokenizer(cfg, train_manifests)
+    cfg, entropy_model = resolve_entropy_threshold(cfg, tok)
+    if save_enabled:
+        check_resume_matches(cfg, tok)
+    check_samples(cfg, epoch_samples(train_streams(cfg, train_manifests), cfg.data.epoch_size), world=world)
+    check_canonical_nodes(cfg, nodes=world // dist.get_local_world_size())
+    resume_from = latest_checkpoint(cfg) if cfg.autoresume and save_enabled else None
+    return RunPlan(cfg, device, world, tok, derived, entropy_model, train_manifests, resume_from)
+
+
 def build_run(
     cfg: TrainConfig,
     *,
@@ -255,33 +296,54 @@ def build_run(
     save_enabled: bool = True,
 ) -> BuiltRun:
     """Everything `fit()` needs, checked before anything is written: tokenizer, shards, model, Trainer."""
-    from composer import Trainer
     from composer.utils import dist
 
     # the config's loggers and callbacks first: a wrong argument or a missing package is said before any work
     config_loggers = build_loggers(cfg.loggers, log_root=local_root(cfg))
     config_callbacks = build_callbacks(cfg.callbacks)
     device, world = _start(cfg, save_enabled=save_enabled)
-    device_batch = cfg.global_batch_size // world
-    tok, derived = resolve_tokenizer(cfg)
-    cfg, entropy_model = resolve_entropy_threshold(cfg, tok)
-    if save_enabled:
-        check_resume_matches(cfg, tok)
-    # read once: seq_len and the epoch's samples here, shard checks in the loader
-    train_manifests = [read_manifest(src) for src in cfg.data.train_sources]
-    check_samples(cfg, epoch_samples(train_streams(cfg, train_manifests), cfg.data.epoch_size), world=world)
-    check_canonical_nodes(cfg, nodes=world // dist.get_local_world_size())
-    seq_len = train_manifests[0].seq_len  # the same for every stream (data.stream_source checks it)
+    plan = plan_run(cfg, device=device, world=world, save_enabled=save_enabled)
     if dist.get_local_rank() == 0:  # the rank that fills this node's cache; the others only read it
-        claim_cache(cfg)
-    train_dl, eval_dl = build_dataloaders(
-        cfg, tok, train_manifests, device_batch=device_batch, eval_enabled=eval_enabled, entropy_model=entropy_model
-    )
-    model, cmodel = _model(cfg, tok)
-    optimizer, scheduler = build_optimizer(cmodel, cfg.optim), build_scheduler(cfg.optim)
+        claim_cache(plan.cfg)
     meter = ThroughputMeter()
-    resume_from = latest_checkpoint(cfg) if cfg.autoresume and save_enabled else None
-    guard_checkpoint_loading(cfg, resume_from=resume_from)
+    trainer, model = _trainer(
+        plan,
+        callbacks=[*config_callbacks, meter, *([TrainProgress()] if cfg.console else []), *(callbacks or [])],
+        loggers=[*config_loggers, *(loggers or [])],
+        eval_enabled=eval_enabled,
+        save_enabled=save_enabled,
+    )
+    _poll_uploads_often(trainer)
+    # the run files and the clearing of an old run come last: any refusal above leaves the folder as it was,
+    # so fixing the mistake and running again is not refused as "already holds a run"
+    try:
+        check_not_finished(plan.cfg, trainer)
+    except ConfigError:
+        trainer.close()
+        raise
+    if save_enabled:
+        _start_run_folder(plan)
+    return BuiltRun(trainer, plan.tok, meter, plan.seq_len, _run_info(plan, model))
+
+
+def _trainer(
+    plan: RunPlan, *, callbacks: list[Any], loggers: list[Any], eval_enabled: bool, save_enabled: bool
+) -> tuple[Any, PatchLM]:
+    """(the Composer Trainer, the model it trains): data loaders, model, optimizer; a resumed checkpoint is loaded."""
+    from composer import Trainer
+
+    cfg = plan.cfg
+    train_dl, eval_dl = build_dataloaders(
+        cfg,
+        plan.tok,
+        plan.manifests,
+        device_batch=plan.device_batch,
+        eval_enabled=eval_enabled,
+        entropy_model=plan.entropy_model,
+    )
+    model, cmodel = _model(cfg, plan.tok)
+    optimizer, scheduler = build_optimizer(cmodel, cfg.optim), build_scheduler(cfg.optim)
+    guard_checkpoint_loading(cfg, resume_from=plan.resume_from)
     trainer = _without_a_credentials_object_at_the_bucket_root(Trainer)(
         model=cmodel,
         train_dataloader=train_dl,
@@ -292,53 +354,54 @@ def build_run(
         schedulers=scheduler,
         **_trainer_kwargs(
             cfg,
-            device=device,
-            device_batch=device_batch,
-            callbacks=[*config_callbacks, meter, *(callbacks or [])],
-            loggers=[*config_loggers, *(loggers or [])],
+            device=plan.device,
+            device_batch=plan.device_batch,
+            callbacks=callbacks,
+            loggers=loggers,
             save_enabled=save_enabled,
-            resume_from=resume_from,
+            resume_from=plan.resume_from,
         ),
     )
-    _poll_uploads_often(trainer)
-    # the run files and the clearing of an old run come last: any refusal above leaves the folder as it was,
-    # so fixing the mistake and running again is not refused as "already holds a run"
-    try:
-        check_not_finished(cfg, trainer)
-    except ConfigError:
-        trainer.close()
-        raise
-    if save_enabled and dist.get_global_rank() == 0:
+    return trainer, model
+
+
+def _start_run_folder(plan: RunPlan) -> None:
+    """Rank 0 clears an old run (or sets aside a cut-short checkpoint) and writes the run files; every rank waits."""
+    from composer.utils import dist
+
+    cfg = plan.cfg
+    if dist.get_global_rank() == 0:
         if cfg.save_overwrite:
             clear_previous_run(cfg.save_folder)
         elif cfg.autoresume:
-            set_aside_incomplete(cfg.save_folder, resume_from)  # a cut-short checkpoint's name would stop fit()
+            set_aside_incomplete(cfg.save_folder, plan.resume_from)  # a cut-short checkpoint's name would stop fit()
         write_run_files(
             cfg.save_folder,
             model_cfg=cfg.model,
-            tok=tok,
-            seq_len=seq_len,
+            tok=plan.tok,
+            seq_len=plan.seq_len,
             train_config=cfg.to_dict(),
-            derived_tokenizer=derived,
+            derived_tokenizer=plan.derived,
         )
-        if entropy_model is not None:  # the run keeps the entropy model it is trained with (entropy_files.py)
-            save_entropy_copy(entropy_model, cfg.save_folder)
-    if save_enabled:
-        dist.barrier()  # no rank saves a checkpoint before rank 0 has cleared the old run
+        if plan.entropy_model is not None:  # the run keeps the entropy model it is trained with (entropy_files.py)
+            save_entropy_copy(plan.entropy_model, cfg.save_folder)
+    dist.barrier()  # no rank saves a checkpoint before rank 0 has cleared the old run
+
+
+def _run_info(plan: RunPlan, model: PatchLM) -> dict[str, Any]:
     counts = parameter_counts(model)
-    info = {
-        "device": device,
-        "world_size": world,
-        "precision": _precision(cfg, device),
+    return {
+        "device": plan.device,
+        "world_size": plan.world,
+        "precision": _precision(plan.cfg, plan.device),
         "params": counts["total"],
         "params_by_part": counts,  # the paper's count: a tied matrix once
-        "vocab_size": tok.vocab_size,
-        "max_patch_size": tok.max_patch_size,
-        "seq_len": seq_len,
-        "derived_tokenizer": derived,
-        "model": asdict(cfg.model),  # as trained: an entropy threshold chosen on the shards included
+        "vocab_size": plan.tok.vocab_size,
+        "max_patch_size": plan.tok.max_patch_size,
+        "seq_len": plan.seq_len,
+        "derived_tokenizer": plan.derived,
+        "model": asdict(plan.cfg.model),  # as trained: an entropy threshold chosen on the shards included
     }
-    return BuiltRun(trainer, tok, meter, seq_len, info)
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:

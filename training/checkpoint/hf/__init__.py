@@ -1,12 +1,14 @@
 """The Hugging Face face of an hbpe model: the files `hbpe export --format hf` copies into an export.
 
     configuration_hbpe.py   HbpeConfig (a transformers PretrainedConfig, model_type "hbpe")
-    modeling_hbpe.py        HbpeForCausalLM (a PreTrainedModel): the hierarchical patch LM
+    modeling_hbpe.py        HbpeForCausalLM (a PreTrainedModel, GenerationMixin): the hierarchical patch LM
+    generation_hbpe.py      its generate(): one token a patch, the local decoder's, with KV caches
     tokenization_hbpe.py    HbpeTokenizer (a PreTrainedTokenizer): text <-> first-stage ids <-> patches
 
 They are copied verbatim and loaded by `transformers` with `trust_remote_code=True` from the export
 folder, where hbpe may not be installed: they import only the standard library, numpy, torch,
 tiktoken and transformers (and each other, relatively), never `hbpe`. Their math is a copy of
-training/layers.py, local_models.py and the tokenizer's table gather, held equal by
-tests/training/test_hf_export.py (logits, BPB, tokens, patches against hbpe's own).
+training/model/layers.py, local_models.py and the tokenizer's table gather, held equal by
+tests/training/test_hf_export.py (logits, BPB, tokens, patches against hbpe's own) and
+tests/training/test_hf_causal_lm.py (generate() against `hbpe generate`, the loss against hbpe's).
 """

@@ -9,10 +9,13 @@ from transformers import PretrainedConfig
 
 
 class HbpeConfig(PretrainedConfig):
-    """The fields of hbpe's ModelConfig the hierarchical model reads, plus the tokenizer's V' and S.
+    """The fields of hbpe's ModelConfig the hierarchical model reads, plus the tokenizer's shape.
 
-    vocab_size is V' (second-stage symbols, the local decoder's output), max_patch_size S (symbols
-    per patch), n_vocab the first stage's vocabulary (the tokenizer's `input_ids`).
+    vocab_size is the first stage's vocabulary (the tokenizer's `input_ids`, `len(tokenizer)`: one
+    first-stage token is one patch), symbol_vocab_size V' (second-stage symbols, the local models'
+    alphabet), max_patch_size S (symbols per patch). eos_token_id (also pad) is the first stage's
+    end-of-text token, which the model reads and writes as the document marker EOD.
+    tie_word_embeddings: the symbol table E is one matrix read by the local encoder and decoder.
     """
 
     model_type = "hbpe"
@@ -20,9 +23,9 @@ class HbpeConfig(PretrainedConfig):
 
     def __init__(
         self,
-        vocab_size: int = 259,
+        vocab_size: int = 257,
+        symbol_vocab_size: int = 259,
         max_patch_size: int = 10,
-        n_vocab: int = 256,
         latent_layers: int = 2,
         latent_dim: int = 64,
         latent_ffn: int = 128,
@@ -44,7 +47,7 @@ class HbpeConfig(PretrainedConfig):
                 f"HbpeConfig: pooling={pooling!r} (mean, eop), conditioning={conditioning!r} (prefix, add): "
                 "use a config.json written by `hbpe export --format hf`"
             )
-        self.vocab_size, self.max_patch_size, self.n_vocab = vocab_size, max_patch_size, n_vocab
+        self.vocab_size, self.symbol_vocab_size, self.max_patch_size = vocab_size, symbol_vocab_size, max_patch_size
         self.latent_layers, self.latent_dim, self.latent_ffn, self.latent_heads = (
             latent_layers,
             latent_dim,
@@ -55,5 +58,5 @@ class HbpeConfig(PretrainedConfig):
         self.encoder_layers, self.decoder_layers = encoder_layers, decoder_layers
         self.pooling, self.conditioning = pooling, conditioning
         self.dropout, self.rope_theta, self.max_patches = dropout, rope_theta, max_patches
-        kwargs.setdefault("tie_word_embeddings", False)  # no token embedding/head pair: E is shared inside io
+        kwargs.setdefault("tie_word_embeddings", True)  # E: one table for g_phi and m_psi (the head is its own)
         super().__init__(**kwargs)

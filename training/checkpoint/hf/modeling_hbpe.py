@@ -4,30 +4,32 @@
     h_t = f_theta(e_1..e_t)          # latent, causal over patches
     logits of patch t+1 = m_psi(patch_{t+1}^{<s}, h_t)   # io.decoder (LocalDecoder), teacher-forced
 
-The model is not token-in/token-out: its input is `patches` (B, T, S), the second-stage symbols
-of T first-stage tokens, PAD(257)-padded to S, exactly what hbpe trains on (HbpeTokenizer's
-`patches` gives them). Its output `logits` (B, T-1, S, V') are, for t = 1..T-1, the distributions
-of the S symbols of patch t+1 given patches 1..t and the symbols of patch t+1 before each.
+One first-stage token is one patch: the model takes token ids (`input_ids`, the tokenizer's), maps
+each to its patch (the second-stage symbols of the token, PAD(257)-padded to S) through its
+tokenizer, and puts the document marker patch [EOD] before each row, as hbpe's documents start.
+`logits` (B, T, S, V') are the distributions of the S symbols of token t's patch given the marker,
+tokens < t and the symbols of its patch before each. `patches` (B, T, S), hbpe's own batch layout,
+is accepted as well. generate() is generation_hbpe.py's.
 
-Shipped verbatim in `hbpe export --format hf` folders: a copy of hbpe's training/layers.py and
+Shipped verbatim in `hbpe export --format hf` folders: a copy of hbpe's training/model/layers.py and
 local_models.py that imports only torch and transformers (training/checkpoint/hf/__init__.py). Parameter
 names equal hbpe's, so one model.safetensors serves `hbpe eval` and transformers.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import GenerationMixin, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .configuration_hbpe import HbpeConfig
-
-PAD = 257  # fills a patch row up to S symbols; never predicted, ignored by the loss
-IGNORE = -100
+from .generation_hbpe import EOD, IGNORE, PAD, PatchCache, Sampling, ids_to_patches, op_threads
 
 
 class RMSNorm(nn.Module):
@@ -41,14 +43,25 @@ class RMSNorm(nn.Module):
         return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
 
+@functools.lru_cache(maxsize=64)
+def _inverse_frequencies(dh: int, theta: float, device: torch.device) -> torch.Tensor:
+    """RoPE's (Dh/2,) frequencies, computed once per shape and device (generate() calls rope for every symbol)."""
+    return 1.0 / (theta ** (torch.arange(0, dh, 2, device=device, dtype=torch.float32) / dh))
+
+
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary embedding of x (B, H, L, Dh) at integer positions (L,)."""
-    dh = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, dh, 2, device=x.device, dtype=torch.float32) / dh))
-    ang = positions.to(torch.float32)[:, None] * inv[None, :]  # (L, Dh/2)
+    """Rotary embedding of x (B, H, L, Dh) at integer positions (L,), or (B, L): each row its own."""
+    ang = positions.to(torch.float32)[..., None] * _inverse_frequencies(
+        x.shape[-1], theta, x.device
+    )  # (L or B, L, Dh/2)
+    if ang.dim() == 3:
+        ang = ang[:, None]  # (B, 1, L, Dh/2): over the heads
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+KV = tuple[torch.Tensor, torch.Tensor]  # one layer's keys and values (B, H, K, Dh), the cached ones first
 
 
 class Attention(nn.Module):
@@ -58,17 +71,17 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.out = nn.Linear(dim, dim, bias=False)
 
-    def forward(self, x: torch.Tensor, *, causal: bool, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, past: KV | None = None
+    ) -> tuple[torch.Tensor, KV]:
+        """x (B, L, D) at `positions`; mask (B or 1, 1, L, K) True = attend, over past's keys then x's."""
         B, L, D = x.shape
         q, k, v = self.qkv(x).view(B, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)  # 3 x (B, H, L, Dh)
-        pos = torch.arange(L, device=x.device)
-        q, k = rope(q, pos, self.theta), rope(k, pos, self.theta)
-        mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, L) True = attend
-        if causal and L > 1:
-            tri = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
-            mask = tri if mask is None else (mask & tri)
+        q, k = rope(q, positions, self.theta), rope(k, positions, self.theta)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
-        return self.out(y.transpose(1, 2).reshape(B, L, D))
+        return self.out(y.transpose(1, 2).reshape(B, L, D)), (k, v)
 
 
 class SwiGLU(nn.Module):
@@ -89,9 +102,12 @@ class Block(nn.Module):
         self.attn = Attention(dim, heads, theta, dropout)
         self.mlp = SwiGLU(dim, ffn)
 
-    def forward(self, x: torch.Tensor, *, causal: bool, key_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), causal=causal, key_mask=key_mask)
-        return x + self.mlp(self.norm2(x))
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, past: KV | None = None
+    ) -> tuple[torch.Tensor, KV]:
+        y, kv = self.attn(self.norm1(x), positions, mask, past)
+        x = x + y
+        return x + self.mlp(self.norm2(x)), kv
 
 
 class Transformer(nn.Module):
@@ -101,9 +117,24 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(dim)
 
     def forward(self, x: torch.Tensor, *, causal: bool, key_mask: torch.Tensor | None = None) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x, causal=causal, key_mask=key_mask)
-        return self.norm(x)
+        """x (B, L, D) at positions 0..L-1; key_mask (B, L) True = a real key."""
+        L = x.shape[1]
+        mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, L)
+        if causal and L > 1:
+            tri = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
+            mask = tri if mask is None else (mask & tri)
+        return self.attend(x, torch.arange(L, device=x.device), mask)[0]
+
+    def attend(
+        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, past: list[KV] | None = None
+    ) -> tuple[torch.Tensor, list[KV]]:
+        """x (B, L, D) at positions (L,) or (B, L), after the cached keys `past` (one per block): the normed
+        output and every block's keys and values, the cached ones included (generation's KV cache)."""
+        cache = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, positions, mask, None if past is None else past[i])
+            cache.append(kv)
+        return self.norm(x), cache
 
 
 def _local(cfg: HbpeConfig, layers: int) -> Transformer:
@@ -149,7 +180,7 @@ class LocalDecoder(nn.Module):
         self.from_latent = nn.Linear(cfg.latent_dim, cfg.local_dim, bias=False)
         self.start = nn.Parameter(torch.zeros(cfg.local_dim)) if cfg.conditioning == "add" else None
         self.transformer = _local(cfg, cfg.decoder_layers)
-        self.head = nn.Linear(cfg.local_dim, cfg.vocab_size, bias=False)
+        self.head = nn.Linear(cfg.local_dim, cfg.symbol_vocab_size, bias=False)
         self.embed = embed
 
     def inputs(self, h: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
@@ -170,7 +201,7 @@ class HierarchicalIO(nn.Module):
 
     def __init__(self, cfg: HbpeConfig) -> None:
         super().__init__()
-        embed = nn.Embedding(cfg.vocab_size, cfg.local_dim)
+        embed = nn.Embedding(cfg.symbol_vocab_size, cfg.local_dim)
         self.encoder = LocalEncoder(cfg, embed)
         self.decoder = LocalDecoder(cfg, embed)
 
@@ -178,12 +209,14 @@ class HierarchicalIO(nn.Module):
 @dataclass
 class HbpeCausalLMOutput(ModelOutput):
     """loss: mean cross-entropy per predicted symbol (with `labels`); nll_sum: its sum, in nats (BPB's
-    numerator); logits (B, T-1, S, V'); hidden_states: the latent states h_1..h_{T-1} (B, T-1, D)."""
+    numerator); logits: the symbols' (B, T, S, V') (see HbpeForCausalLM), or in generate() the next token's
+    (B, 1, vocab_size); hidden_states: the latent states (B, T, D); past_key_values: generate()'s cache."""
 
     loss: torch.Tensor | None = None
     nll_sum: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     hidden_states: torch.Tensor | None = None
+    past_key_values: PatchCache | None = None
 
 
 class HbpePreTrainedModel(PreTrainedModel):
@@ -197,15 +230,31 @@ class HbpePreTrainedModel(PreTrainedModel):
             nn.init.normal_(module.weight, std=0.02)
 
 
-class HbpeForCausalLM(HbpePreTrainedModel):
-    """The hierarchical patch LM. Call it on patches, not token ids:
+class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
+    """The hierarchical patch LM, on token ids (one first-stage token = one patch) or on patches.
 
-        out = model(patches=p, labels=p)   # p: (B, T, S) long, from HbpeTokenizer.patches
-        out.logits                         # (B, T-1, S, V'): patch t+1's symbols from patches <= t
-        out.loss, out.nll_sum              # mean / summed NLL (nats) over the real symbols of patches 2..T
+        out = model(input_ids=ids, attention_mask=m, labels=ids)  # ids (B, T): HbpeTokenizer's input_ids
+        out.logits            # (B, T, S, V'): the symbols of token t's patch given the document marker and tokens < t
+        out.loss, out.nll_sum # mean / summed NLL (nats) over the real symbols of every labelled token
+        model.generate(**tok(prompts, return_tensors="pt", padding=True), max_new_tokens=20)
 
-    Bits per byte of a text: nll_sum / ln 2 / (UTF-8 bytes of tokens 2..T), as `hbpe eval` counts.
+    The model puts the document marker patch [EOD] before each row (hbpe's documents start with
+    it), so every token is predicted, the first one included; the tokenizer's eos token is EOD.
+    Labels are the input ids, -100 (or attention_mask 0) where a token is not scored.
+    `model(patches=p, labels=p)`, p (B, T, S) from `tokenizer.patches`, is hbpe's own batch layout:
+    logits (B, T-1, S, V') of patches 2..T.
+
+    Bits per byte of a text: nll_sum / ln 2 / (its UTF-8 bytes), as `hbpe eval` counts.
+
+    generate(): each step the latent model advances one patch and the local decoder emits the next
+    patch symbol by symbol (greedy, or a draw at `temperature` from the `top_k` / `top_p` symbols, as
+    `hbpe generate` does), with KV caches in both (generation_hbpe.py); the patch is the next token.
+    The next-token scores generate() sees are that choice (0 for the chosen token, -inf elsewhere):
+    the choice is the local decoder's, so options that reweight tokens (beams, repetition penalties,
+    banned words) are refused. Sampling draws from torch's global generator (`torch.manual_seed`).
     """
+
+    _is_stateful = True  # the cache holds each row's patches, which generate() cannot roll back
 
     def __init__(self, config: HbpeConfig) -> None:
         super().__init__(config)
@@ -214,44 +263,135 @@ class HbpeForCausalLM(HbpePreTrainedModel):
             theta=config.rope_theta, dropout=config.dropout,
         )  # fmt: skip
         self.io = HierarchicalIO(config)
+        self.hbpe_tokenizer = None  # HbpeTokenizer: token ids <-> patches; read from the model's folder when first used
         self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.io.encoder.embed  # E: the symbol table (V', d) that g_phi and m_psi read
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.io.encoder.embed = self.io.decoder.embed = value
+
+    def get_output_embeddings(self) -> None:
+        return None  # m_psi's head is its own matrix, never tied to E
+
+    def patch_tokenizer(self):
+        """The HbpeTokenizer that maps token ids to patches: `hbpe_tokenizer`, or the one saved beside the model."""
+        if self.hbpe_tokenizer is None:
+            from .tokenization_hbpe import HbpeTokenizer
+
+            where = self.config._name_or_path
+            try:
+                self.hbpe_tokenizer = HbpeTokenizer.from_pretrained(where)
+            except (OSError, ValueError) as e:
+                raise ValueError(
+                    f"HbpeForCausalLM reads token ids through its tokenizer, and found none in {where!r} ({e}); save "
+                    "the tokenizer beside the model (tokenizer.save_pretrained(DIR)) or set model.hbpe_tokenizer = "
+                    "AutoTokenizer.from_pretrained(EXPORT_DIR, trust_remote_code=True)"
+                ) from None
+        return self.hbpe_tokenizer
 
     def forward(
         self,
-        patches: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
         input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        patches: torch.Tensor | None = None,
+        past_key_values: PatchCache | None = None,
         return_dict: bool | None = None,
         **kwargs,
     ) -> HbpeCausalLMOutput:
-        """patches (B, T, S) (or `input_ids` of that shape); labels (B, T, S): the same patches, PAD or -100
-        where nothing is scored (positions 2..T are predicted, so labels[:, 0] is never read)."""
-        patches = patches if patches is not None else input_ids
-        if patches is None or patches.dim() != 3 or patches.shape[-1] != self.config.max_patch_size:
-            shape = None if patches is None else tuple(patches.shape)
+        """Token ids (B, T) with attention_mask and labels (B, T); or patches (B, T, S) (also passed as
+        input_ids of that shape) with labels (B, T, S): the same patches, PAD or -100 where nothing is
+        scored (positions 2..T are predicted, so labels[:, 0] is never read). past_key_values: generate()'s."""
+        if past_key_values is not None:
+            out = HbpeCausalLMOutput(
+                logits=past_key_values.step(input_ids, attention_mask), past_key_values=past_key_values
+            )
+        elif patches is not None or (input_ids is not None and input_ids.dim() == 3):
+            out = self._forward_patches(patches if patches is not None else input_ids, labels)
+        elif input_ids is not None and input_ids.dim() == 2:
+            out = self._forward_ids(input_ids, attention_mask, labels)
+        else:
+            shape = None if input_ids is None else tuple(input_ids.shape)
             raise ValueError(
-                f"HbpeForCausalLM takes patches of shape (batch, T, S={self.config.max_patch_size}), got {shape}: "
-                "encode text with the export's HbpeTokenizer (`tokenizer.patches(text)`), not token ids"
+                f"HbpeForCausalLM takes input_ids (batch, T) or patches (batch, T, S={self.config.max_patch_size}), "
+                f"got input_ids of shape {shape}: encode text with the export's tokenizer (`tokenizer(texts)`)"
+            )
+        return out if return_dict is not False else out.to_tuple()
+
+    def _forward_patches(self, patches: torch.Tensor, labels: torch.Tensor | None) -> HbpeCausalLMOutput:
+        if patches.dim() != 3 or patches.shape[-1] != self.config.max_patch_size:
+            raise ValueError(
+                f"HbpeForCausalLM takes patches of shape (batch, T, S={self.config.max_patch_size}), got "
+                f"{tuple(patches.shape)}: encode text with the export's HbpeTokenizer (`tokenizer.patches(text)`)"
             )
         patches = patches.long()
-        e = self.io.encoder(patches[:, :-1])  # (B, T-1, D): e_t = g_phi(patch_t)
-        h = self.latent(e, causal=True)  # (B, T-1, D): h_t = f_theta(e_<=t)
-        nxt = patches[:, 1:]  # (B, T-1, S): patch t+1, teacher-forced into m_psi
-        B, T, S = nxt.shape
-        logits = self.io.decoder(h.reshape(B * T, -1), nxt.reshape(B * T, S)).view(B, T, S, -1)  # (B, T-1, S, V)
-        loss = nll = None
+        h = self.latent(self.io.encoder(patches[:, :-1]), causal=True)  # (B, T-1, D): h_t = f_theta(g_phi(patch_<=t))
+        tgt = None if labels is None else labels[:, 1:].long()
+        return self._decode(h, patches[:, 1:], tgt)
+
+    def _forward_ids(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor | None
+    ) -> HbpeCausalLMOutput:
+        """[EOD] + the tokens' patches; left or right padding (attention_mask 0) is masked and never scored."""
+        B, T = ids.shape
+        real = torch.ones_like(ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        patches = ids_to_patches(self.patch_tokenizer(), ids, real, self.config.eos_token_id).to(ids.device)
+        doc = torch.full((B, 1, patches.shape[-1]), PAD, dtype=torch.long, device=ids.device)
+        doc[:, 0, 0] = EOD
+        inputs = torch.cat([doc, patches[:, :-1]], dim=1)  # (B, T, S): the marker, then tokens 1..T-1
+        keys = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=ids.device), real[:, :-1]], dim=1)  # (B, T)
+        positions = keys.long().cumsum(1) - 1  # each row's own positions: padding does not shift them
+        mask = keys[:, None, None, :] & torch.ones(T, T, dtype=torch.bool, device=ids.device).tril()
+        h = self.latent.attend(self.io.encoder(inputs), positions, mask)[0]  # (B, T, D)
+        # token t is predicted from the last real position before it (the marker, after left padding)
+        last = torch.where(keys, torch.arange(T, device=ids.device), 0).cummax(1).values  # (B, T)
+        h = h.gather(1, last[..., None].expand(-1, -1, h.shape[-1]))
+        tgt = None
         if labels is not None:
-            tgt = labels[:, 1:].long()  # (B, T-1, S)
+            if bool(((labels != IGNORE) & (labels != ids)).any()):
+                raise ValueError(
+                    "labels differ from input_ids where they are scored: a causal LM's labels are its input_ids, "
+                    "with -100 where a token is not scored (the model shifts them itself)"
+                )
+            scored = (labels != IGNORE) & real  # (B, T)
+            tgt = patches.masked_fill(~scored[..., None], PAD)
+        return self._decode(h, patches, tgt)
+
+    def _decode(self, h: torch.Tensor, nxt: torch.Tensor, tgt: torch.Tensor | None) -> HbpeCausalLMOutput:
+        """h (B, T, D), the patches it predicts (B, T, S) teacher-forced into m_psi, their targets (PAD: not scored)."""
+        B, T, S = nxt.shape
+        logits = self.io.decoder(h.reshape(B * T, -1), nxt.reshape(B * T, S)).view(B, T, S, -1)  # (B, T, S, V')
+        loss = nll = None
+        if tgt is not None:
             tgt = tgt.masked_fill(tgt == PAD, IGNORE).reshape(-1)
             flat = logits.reshape(-1, logits.shape[-1]).float()
             nll = F.cross_entropy(flat, tgt, ignore_index=IGNORE, reduction="sum")
             loss = nll / (tgt != IGNORE).sum().clamp_min(1)
-        out = HbpeCausalLMOutput(loss=loss, nll_sum=nll, logits=logits, hidden_states=h)
-        return out if return_dict is not False else out.to_tuple()
+        return HbpeCausalLMOutput(loss=loss, nll_sum=nll, logits=logits, hidden_states=h)
 
-    def generate(self, *args, **kwargs):
-        raise NotImplementedError(
-            "HbpeForCausalLM.generate: transformers' generate() is token by token, this model emits patches of "
-            "symbols (a local decoder inside a latent step), so it has no generate(); use hbpe's patch-by-patch "
-            "decoder: `hbpe generate --checkpoint EXPORT_DIR --prompt TEXT` (EXPORT_DIR is this folder)"
-        )
+    # ---- generate()
+
+    def generate(self, inputs: torch.Tensor | None = None, generation_config=None, tokenizer=None, **kwargs):
+        """transformers' generate(), each new token a patch of the local decoder (see the class docstring)."""
+        config = copy.deepcopy(generation_config if generation_config is not None else self.generation_config)
+        config.update(**kwargs)
+        self._sampling = Sampling.of(config)
+        if tokenizer is not None:  # transformers reads it for stop_strings; this model maps ids to patches with it
+            kwargs["tokenizer"] = tokenizer
+            if getattr(tokenizer, "token_patch", None) is not None:
+                self.hbpe_tokenizer = tokenizer
+        ids = inputs if inputs is not None else kwargs.get("input_ids")
+        try:
+            with op_threads(self, 1 if ids is None else ids.shape[0]):
+                return super().generate(inputs, generation_config=generation_config, **kwargs)
+        finally:
+            del self._sampling
+
+    def prepare_inputs_for_generation(
+        self, input_ids: torch.Tensor, past_key_values: PatchCache | None = None, attention_mask=None, **kwargs
+    ) -> dict:
+        if past_key_values is None:
+            past_key_values = PatchCache(self, self.patch_tokenizer(), getattr(self, "_sampling", Sampling()))
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "past_key_values": past_key_values}

@@ -23,11 +23,20 @@ import shutil
 import numpy as np
 import tiktoken
 import torch
-from transformers import PreTrainedTokenizer
+from transformers import AddedToken, PreTrainedTokenizer
 
 EOP, PAD, EOD, FIRST_MERGE_ID = 256, 257, 258, 259
 TOKENIZER_DIR = "tokenizer"
 SPEC_NAMES = ("hbpe_tokenizer.json", "tokenizer.json")  # the current name first, then the one before the rename
+EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>")  # the first stage's document end (gpt2 and friends, llama3)
+
+
+def eos_token_of(special_tokens: dict[str, int]) -> str:
+    """The first-stage special token that ends a document: the model's EOD patch, eos and pad of generate()."""
+    for name in EOS_NAMES:
+        if name in special_tokens:
+            return name
+    return min(special_tokens, key=special_tokens.get)
 
 
 @functools.lru_cache
@@ -70,10 +79,17 @@ def find_spec(folder: str) -> str:
 
 
 class HbpeTokenizer(PreTrainedTokenizer):
-    """Text <-> first-stage ids (`input_ids`, as any HF tokenizer) <-> patches (the model's input)."""
+    """Text <-> first-stage ids (`input_ids`, as any HF tokenizer) <-> patches (the model's input).
+
+    The first stage's special tokens are the tokenizer's added tokens (so `len(tok)` is the first
+    stage's vocabulary, the model's `vocab_size`), its end-of-text token is eos and pad (the model
+    reads it as the document marker EOD); text is always encoded as text (`split_special_tokens`),
+    as hbpe's `encode_ordinary` does, so "<|endoftext|>" in a string stays those characters.
+    """
 
     vocab_files_names = {"spec_file": f"{TOKENIZER_DIR}/{SPEC_NAMES[0]}"}
-    model_input_names = ["input_ids"]
+    model_input_names = ["input_ids", "attention_mask"]
+    padding_side = "left"  # generate() continues the last token of each row
 
     def __init__(self, spec_file: str | None = None, **kwargs) -> None:
         if spec_file is None or not os.path.isfile(spec_file):  # an export written with the former name
@@ -101,12 +117,23 @@ class HbpeTokenizer(PreTrainedTokenizer):
         merges = [tuple(m) for m in second["merges"]]
         self._ranks = {pair: k for k, pair in enumerate(merges)}
         self.symbol_bytes = [bytes([b]) for b in range(256)] + [b"", b"", b""]  # EOP, PAD, EOD carry no bytes
+        self.symbol_ends_patch = [False] * 256 + [True, False, False]  # EOP ends a patch, and a merge holding it
         for a, b in merges:
             self.symbol_bytes.append(self.symbol_bytes[a] + self.symbol_bytes[b])
+            self.symbol_ends_patch.append(self.symbol_ends_patch[b])
         self._token_bytes = {r: t for t, r in ranks.items()}
         self._chars = _byte_chars()
         self._bytes_of = {c: b for b, c in self._chars.items()}
+        specials = first["special_tokens"]
         kwargs.setdefault("clean_up_tokenization_spaces", False)
+        kwargs.setdefault("split_special_tokens", True)
+        kwargs["added_tokens_decoder"] = {
+            **{i: AddedToken(t, special=True, normalized=False) for t, i in specials.items()},
+            **kwargs.get("added_tokens_decoder", {}),
+        }
+        eos = eos_token_of(specials)
+        kwargs.setdefault("eos_token", eos)
+        kwargs.setdefault("pad_token", eos)
         super().__init__(**kwargs)
 
     # ---- the PreTrainedTokenizer hooks: tokens are GPT-2-style strings of a first-stage token's bytes
@@ -116,7 +143,7 @@ class HbpeTokenizer(PreTrainedTokenizer):
         return self.encoding.n_vocab
 
     def get_vocab(self) -> dict[str, int]:
-        return {self._string(t): r for r, t in self._token_bytes.items()}
+        return {**{self._string(t): r for r, t in self._token_bytes.items()}, **self.added_tokens_encoder}
 
     def _string(self, data: bytes) -> str:
         return "".join(self._chars[b] for b in data)
@@ -166,6 +193,28 @@ class HbpeTokenizer(PreTrainedTokenizer):
                 p = self.token_patch(int(token))
                 out[i, t, : len(p)] = p
         return torch.from_numpy(out)
+
+    def encode_bytes(self, data: bytes) -> list[list[int]]:
+        """Any byte string -> patches (no PAD) of <= S symbols, split greedily where needed: hbpe's out-of-vocabulary
+        rule (HierarchicalTokenizer.encode_bytes), which closes a generated patch of S symbols without EOP."""
+        S, out, start = self.max_patch_size, [], 0
+        while start < len(data):
+            lo, hi = 1, len(data) - start  # the longest prefix whose patch fits; one byte + EOP always does
+            if len(self._patch_of(data[start:])) <= S:
+                lo = hi
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if len(self._patch_of(data[start : start + mid])) <= S else (lo, mid - 1)
+            out.append(self._patch_of(data[start : start + lo]))
+            start += lo
+        return out
+
+    def _patch_of(self, data: bytes) -> list[int]:
+        return _apply_merges([*data, EOP], self._ranks, self.max_patch_size, self.mode)
+
+    def symbols_bytes(self, symbols: list[int]) -> bytes:
+        """Symbols (EOP, PAD and EOD carry no bytes) -> their bytes."""
+        return b"".join(self.symbol_bytes[s] for s in symbols)
 
     def nbytes(self, ids: list[int]) -> int:
         """UTF-8 bytes of the text first-stage ids cover: the denominator of bits per byte."""

@@ -4,7 +4,7 @@ A scheme's `encode` returns an `EncodedPair`: per-position input arrays (what `P
 reads, unpadded: position 0 is the document marker) and `scored`, which of the forward pass's
 target positions (position j predicts position j + 1) belong to the continuation. Everything
 else (padding, batching, summing log-probabilities, metrics) is scheme-independent
-(training/inference/zero_shot/scorer.py), so a new `model.io` adds one function here.
+(training/inference/zero_shot/scorer.py), so a new `model.io` adds one encode function and its spec's `pair_scheme`.
 
 The context / continuation boundary, as lm-eval's `TemplateLM._encode_pair` draws it for BPE
 models: trailing whitespace of the context moves to the continuation, then the continuation is
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hbpe.schemas.errors import ConfigError, HbpeError
-from hbpe.schemas.symbols import EOD, PAD, TOKEN_EOD, TOKEN_PAD
-from hbpe.training.checkpoint.load import load_entropy_model
-from hbpe.training.data.byte_patching import natural_starts, patch_limit, patch_starts, to_patches
+from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.symbols import EOD, PAD, TOKEN_EOD
+from hbpe.training.data.byte_patching import natural_starts, patch_starts, to_patches
+from hbpe.training.schemes.registry import scheme_spec
 
 
 @dataclass(frozen=True)
@@ -130,17 +130,18 @@ def byte_patch_pair(cfg, entropy=None) -> Callable[[str, str], EncodedPair]:
     (7, 10)
     """
 
-    limit = patch_limit(cfg)
+    spec = scheme_spec(cfg)
+    limit, width, eop = spec.max_patch_bytes(cfg), spec.symbols_per_patch(cfg), cfg.patching.boundaries == "eop"
 
     def encode(context: str, continuation: str) -> EncodedPair:
         context, continuation = move_trailing_space(context, continuation)
         _check_continuation(continuation)
         boundary = 1 + len(context.encode("utf-8"))
         units = np.concatenate([[EOD], _bytes(context), _bytes(continuation)]).astype(np.int32)
-        natural = natural_starts(units, entropy, cfg.entropy_threshold)
-        cut = to_patches(units, boundary, patch_starts(units, boundary, natural, limit), limit + 1)
+        natural = natural_starts(units, entropy, cfg.patching.entropy_threshold)
+        cut = to_patches(units, boundary, patch_starts(units, boundary, natural, limit), width, eop=eop)
         patches = cut.patches.astype(np.int64)
-        scored = np.zeros((len(patches) - 1, limit + 1), dtype=bool)
+        scored = np.zeros((len(patches) - 1, width), dtype=bool)
         scored[cut.context - 1 :] = patches[cut.context :] != PAD
         return EncodedPair({"patches": patches}, scored)
 
@@ -148,18 +149,5 @@ def byte_patch_pair(cfg, entropy=None) -> Callable[[str, str], EncodedPair]:
 
 
 def scheme_for(model, tok) -> PairScheme:
-    """The PairScheme of a loaded model's `model.io`."""
-    io = model.cfg.io
-    if io == "hierarchical":
-        return PairScheme(io, hierarchical_pair(tok), {"patches": PAD}, (PAD,))
-    if io == "bpe":
-        # BPEEmbeddingIO maps TOKEN_PAD to the id n_vocab + 1: a row of the head that text never holds
-        return PairScheme(io, bpe_pair(tok), {"tokens": TOKEN_PAD}, (model.io.n_vocab + TOKEN_EOD - TOKEN_PAD,))
-    if io == "bytes":
-        return PairScheme(io, bytes_pair(), {"tokens": TOKEN_PAD}, (model.io.n_vocab + TOKEN_EOD - TOKEN_PAD,))
-    if io in ("space", "entropy"):
-        entropy = None
-        if io == "entropy":
-            entropy = load_entropy_model(model.cfg.entropy_model)
-        return PairScheme(io, byte_patch_pair(model.cfg, entropy), {"patches": PAD}, (PAD,))
-    raise HbpeError(f"zero-shot scoring: model.io={io} is not a scheme hbpe knows; retrain with a supported model.io")
+    """The PairScheme of a loaded model's `model.io` (its spec's, training/schemes/)."""
+    return scheme_spec(model.cfg).pair_scheme(model, tok)

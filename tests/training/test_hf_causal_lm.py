@@ -1,0 +1,190 @@
+"""`hbpe export --format hf` as a transformers causal LM: generate(), pipeline, input_ids and labels, checked
+against hbpe's own generation and loss; and `hbpe eval`/`generate` on a save_pretrained folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is local: a network call would be a bug
+
+transformers = pytest.importorskip("transformers")
+
+PROMPTS = ["The State of the Union", "Mr. Speaker, we must", "In 1950"]
+
+
+@pytest.fixture(scope="module")
+def lively(tiny_run, tmp_path_factory):
+    """An HF export of the tiny run with seeded noise (2 std) on its weights: its greedy text is not one repeated
+    token (the trained tiny model's is " o o o ..."), and many of its patches are no first-stage token's (their
+    bytes are several ids), so generate()'s every path runs."""
+    from hbpe.training import load_model
+    from hbpe.training.checkpoint.export_format import write_export
+
+    model, tok, _ = load_model(str(tiny_run))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * p.std() * 2.0)
+    out = tmp_path_factory.mktemp("lively") / "model"
+    write_export(model, tok, str(out), source={"test": "the tiny run, with noise"}, hf=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf(lively):
+    model = transformers.AutoModelForCausalLM.from_pretrained(lively, trust_remote_code=True).eval()
+    return model, transformers.AutoTokenizer.from_pretrained(lively, trust_remote_code=True)
+
+
+def _new_text(tok, out: torch.Tensor, prompt_len: int) -> list[str]:
+    return [tok.decode(row[prompt_len:], skip_special_tokens=True) for row in out]
+
+
+def test_greedy_generate_writes_what_hbpe_generate_writes(lively, hf):
+    from hbpe.training import load_model
+    from hbpe.training.inference.generate import generate
+
+    model, tok = hf
+    hbpe_model, hbpe_tok, _ = load_model(str(lively))
+    several = False  # a patch whose bytes are several first-stage tokens
+    for prompt in PROMPTS:
+        enc = tok(prompt, return_tensors="pt")
+        out = model.generate(**enc, max_new_tokens=30, do_sample=False)
+        [text] = _new_text(tok, out, enc["input_ids"].shape[1])
+        want = generate(hbpe_model, hbpe_tok, prompt, max_bytes=len(text.encode()))
+        assert want.text == prompt + text and len(set(text)) > 3
+        several |= out.shape[1] - enc["input_ids"].shape[1] > want.patches
+    assert several
+
+
+def test_a_padded_batch_generates_what_each_prompt_does_alone(hf):
+    model, tok = hf
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    assert (enc["attention_mask"] == 0).any()  # left padding
+    batch = _new_text(tok, model.generate(**enc, max_new_tokens=20), enc["input_ids"].shape[1])
+    for prompt, text in zip(PROMPTS, batch):
+        one = tok(prompt, return_tensors="pt")
+        assert _new_text(tok, model.generate(**one, max_new_tokens=20), one["input_ids"].shape[1]) == [text]
+
+
+def test_sampling_with_a_seed_is_reproducible(hf):
+    model, tok = hf
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    args = dict(max_new_tokens=20, do_sample=True, temperature=0.9, top_k=40, top_p=0.95)
+    runs = []
+    for seed in (7, 7, 8):
+        torch.manual_seed(seed)
+        runs.append(model.generate(**enc, **args))
+    assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
+    greedy = model.generate(**enc, max_new_tokens=20)
+    assert not torch.equal(runs[0], greedy)
+
+
+def test_generate_stops_at_eos_token_id_and_refuses_what_it_cannot_honour(hf):
+    model, tok = hf
+    enc = tok(PROMPTS[0], return_tensors="pt")
+    n = enc["input_ids"].shape[1]
+    full = model.generate(**enc, max_new_tokens=12)
+    stop = int(full[0, n + 3])
+    first = int((full[0, n:] == stop).nonzero()[0])
+    short = model.generate(**enc, max_new_tokens=12, eos_token_id=stop)
+    assert torch.equal(short[0], full[0, : n + first + 1])
+    with pytest.raises(ValueError, match=r"num_beams=2, repetition_penalty=1.3 not supported: the local decoder"):
+        model.generate(**enc, max_new_tokens=4, num_beams=2, repetition_penalty=1.3)
+
+
+def test_pipeline_text_generation_returns_the_greedy_text(lively, hf):
+    model, tok = hf
+    pipe = transformers.pipeline("text-generation", model=str(lively), trust_remote_code=True)
+    [out] = pipe(PROMPTS[1], max_new_tokens=15, do_sample=False)
+    enc = tok(PROMPTS[1], return_tensors="pt")
+    [text] = _new_text(tok, model.generate(**enc, max_new_tokens=15), enc["input_ids"].shape[1])
+    assert out["generated_text"] == PROMPTS[1] + text and text
+
+
+def test_loss_from_input_ids_and_labels_equals_hbpe_loss(lively, hf, sample_texts):
+    import torch.nn.functional as F
+
+    from hbpe.training import load_model
+
+    model, tok = hf
+    hbpe_model, hbpe_tok, _ = load_model(str(lively))
+    texts = [t[:300] for t in sample_texts[:3]]
+    enc = tok(texts, return_tensors="pt", padding=True)
+    labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+    with torch.inference_mode():
+        batch = model(**enc, labels=labels)
+        nll = 0.0
+        for text in texts:
+            one = tok(text, return_tensors="pt")
+            got = model(**one, labels=one["input_ids"])
+            # hbpe: the document marker, then the text's patches, every token scored
+            patches = torch.as_tensor(hbpe_tok.patches(hbpe_tok.encode(text)).astype("int64"))
+            doc = torch.full((1, patches.shape[1]), 257, dtype=torch.long)
+            doc[0, 0] = 258
+            logits, targets = hbpe_model({"patches": torch.cat([doc, patches])[None]})
+            want = F.cross_entropy(logits.float(), targets, ignore_index=-100)
+            assert float(got.loss) == pytest.approx(float(want), abs=1e-5)
+            nll += float(got.nll_sum)
+    assert float(batch.nll_sum) == pytest.approx(nll, rel=1e-5)  # padding changes no token's loss
+
+
+def test_the_export_generates_where_hbpe_is_not_installed(lively, hf, tmp_path):
+    model, tok = hf
+    script = f"""
+import json, sys
+sys.modules["hbpe"] = None  # any import of hbpe fails
+import torch, transformers
+d = {str(lively)!r}
+tok = transformers.AutoTokenizer.from_pretrained(d, trust_remote_code=True)
+model = transformers.AutoModelForCausalLM.from_pretrained(d, trust_remote_code=True).eval()
+enc = tok({PROMPTS[0]!r}, return_tensors="pt")
+out = model.generate(**enc, max_new_tokens=10)
+print(json.dumps({{"ids": out[0].tolist(), "loss": float(model(**enc, labels=enc["input_ids"]).loss)}}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    enc = tok(PROMPTS[0], return_tensors="pt")
+    with torch.inference_mode():
+        assert got["ids"] == model.generate(**enc, max_new_tokens=10)[0].tolist()
+        assert got["loss"] == pytest.approx(float(model(**enc, labels=enc["input_ids"]).loss), abs=1e-6)
+
+
+def test_hbpe_eval_and_generate_read_a_save_pretrained_folder(lively, hf, sample_shards, tmp_path):
+    from hbpe.training import evaluate, load_model
+    from hbpe.training.inference.generate import generate
+    from tests.helpers import hbpe_cli
+
+    model, tok = hf
+    saved = tmp_path / "saved"
+    model.save_pretrained(saved)
+    tok.save_pretrained(saved)
+    assert not (saved / "hbpe_model.json").exists()
+    (m1, t1, _), (m2, t2, _) = load_model(str(lively)), load_model(str(saved))
+    assert t1.fingerprint == t2.fingerprint and m1.cfg == m2.cfg
+    assert all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m2.state_dict().values()))
+    assert m2.io.encoder.embed.weight is m2.io.decoder.embed.weight  # tied again
+    data = str(sample_shards[1])
+    assert evaluate(str(saved), data, max_batches=2)["bpb"] == evaluate(str(lively), data, max_batches=2)["bpb"]
+    out = hbpe_cli("generate", "--checkpoint", str(saved), "--prompt", PROMPTS[0], "--max-bytes", "30")
+    assert out.strip() == generate(m1, t1, PROMPTS[0], max_bytes=30).text
+
+
+def test_a_folder_that_is_no_model_names_what_was_looked_for(tmp_path):
+    from click.testing import CliRunner
+
+    from hbpe.cli import main
+    from tests.helpers import cli_fails
+
+    (tmp_path / "notes.txt").write_text("not a model")
+    r = CliRunner().invoke(main, ["generate", "--checkpoint", str(tmp_path), "--prompt", "x"])
+    cli_fails(r, 2, "is not a model folder hbpe reads: it is none of an `hbpe export` directory (hbpe_model.json), a")
+    assert "transformers save_pretrained folder (config.json and model.safetensors)" in r.output

@@ -1,0 +1,284 @@
+"""generate() for HbpeForCausalLM: one new token is one patch, which the local decoder emits symbol by symbol.
+
+Each step, as `hbpe generate` (training/inference/generate.py) decodes: the latent model advances
+one patch with a KV cache (`PatchCache`), the local decoder emits the next patch's symbols with a
+KV cache of its own until a symbol that ends the patch (EOP, or a merge holding it), EOD, or S of
+them, and the patch is turned into the token id(s) generate() appends:
+
+    a patch of one first-stage token's bytes   -> that token
+    any other bytes (the decoder may emit a    -> their first-stage tokens, returned one per step; the
+    patch no token has, or S symbols without      latent model advances with hbpe's patches (the emitted
+    EOP)                                          one, or its out-of-vocabulary re-encoding) once all are out
+    EOD                                        -> eos (after the tokens of any bytes before it)
+    a patch without bytes (EOP alone)          -> no token: the latent model takes it and the decoder goes on
+
+so generate() writes what `hbpe generate` writes for the same choices. Rows of a batch keep their
+own positions (left padding does not shift them) and padded slots are masked. A token generate()
+feeds back that the model did not emit (a caller's choice) advances the latent model with its own
+patch. Shipped verbatim in `hbpe export --format hf` folders; imports only torch (hf/__init__.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+EOP, PAD, EOD = 256, 257, 258
+IGNORE = -100
+# generate() options that reweight the next token's scores: the local decoder makes the choice, so they cannot act
+REFUSED = {
+    "num_beams": 1, "num_beam_groups": 1, "penalty_alpha": None, "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "bad_words_ids": None, "suppress_tokens": None,
+    "begin_suppress_tokens": None, "sequence_bias": None, "min_new_tokens": None, "min_length": 0,
+    "forced_bos_token_id": None, "forced_eos_token_id": None, "guidance_scale": None,
+}  # fmt: skip
+
+
+# hbpe's generate.py rule: intra-op threads pay off above about a million multiply-adds per matmul; below, a
+# step's ops take microseconds and a second thread only adds waiting (measured on 2 busy cores: 10 ms a token
+# for the tiny model on one thread, 500 ms on two)
+_MIN_MACS_FOR_THREADS = 1 << 20
+
+
+@contextlib.contextmanager
+def op_threads(model, rows: int) -> Iterator[None]:
+    """One intra-op thread on the CPU while a step's largest matmul is small; torch's setting restored after."""
+    c = model.config
+    macs = rows * max(c.latent_dim * max(3 * c.latent_dim, c.latent_ffn), c.local_dim * 3 * c.local_dim)
+    before = torch.get_num_threads()
+    if model.device.type != "cpu" or macs >= _MIN_MACS_FOR_THREADS or before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the local decoder picks each symbol: greedy, or a draw at `temperature` from the `top_k` most likely
+    symbols and the `top_p` nucleus (hbpe's training/inference/sampling.py, a row at a time)."""
+
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    @classmethod
+    def of(cls, config) -> Sampling:
+        """A transformers GenerationConfig's choice; ValueError for the options this model cannot honour."""
+        bad = [
+            f"{k}={getattr(config, k)!r}" for k, default in REFUSED.items() if getattr(config, k, default) != default
+        ]
+        if bad:
+            raise ValueError(
+                f"HbpeForCausalLM.generate: {', '.join(bad)} not supported: the local decoder chooses each token (a "
+                "patch, symbol by symbol), so only greedy or do_sample with temperature, top_k and top_p apply; "
+                "leave these options at their defaults"
+            )
+        if not config.do_sample:
+            return cls()
+        top_p = config.top_p if config.top_p is not None and config.top_p < 1 else None
+        return cls(True, float(config.temperature or 1.0), config.top_k or None, top_p)
+
+    def choose(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits (n, V), PAD at -inf -> one symbol per row (n,); draws use torch's global generator."""
+        if not self.do_sample:
+            return logits.argmax(-1)
+        logits = logits.float() / self.temperature
+        if self.top_k is not None and self.top_k < logits.shape[-1]:
+            kth = torch.topk(logits, self.top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))  # ties with the k-th stay in
+        probs = torch.softmax(logits, -1)
+        if self.top_p is not None:
+            sorted_p, order = torch.sort(probs, descending=True)
+            before = torch.cumsum(sorted_p, -1) - sorted_p  # mass of the more likely symbols
+            probs = probs.scatter(-1, order, sorted_p.masked_fill(before >= self.top_p, 0.0))
+        return torch.multinomial(probs, 1).squeeze(-1)
+
+
+def token_patches(tok, ids: list[int], eos: int) -> list[list[int]]:
+    """First-stage ids -> their patches (no PAD); eos is the document marker [EOD]."""
+    out = []
+    for i in ids:
+        if i == eos:
+            out.append([EOD])
+        elif i in tok._token_bytes:
+            out.append(list(tok.token_patch(i)))
+        else:
+            raise ValueError(
+                f"token id {i} is not a text token of this model's first stage (nor its eos {eos}); pass ids from "
+                "the export's tokenizer"
+            )
+    return out
+
+
+def ids_to_patches(tok, ids: torch.Tensor, real: torch.Tensor, eos: int) -> torch.Tensor:
+    """ids (B, T) -> patches (B, T, S) long on the CPU; all PAD where `real` (B, T) is False."""
+    uniq, inverse = torch.unique(ids.cpu().masked_fill(~real.cpu(), eos), return_inverse=True)
+    table = torch.full((len(uniq), tok.max_patch_size), PAD, dtype=torch.long)
+    for row, p in enumerate(token_patches(tok, uniq.tolist(), eos)):
+        table[row, : len(p)] = torch.tensor(p)
+    return table[inverse].masked_fill(~real.cpu()[..., None], PAD)
+
+
+@dataclass
+class _Row:
+    """One prompt's state between generate() steps."""
+
+    queue: list[int] = field(default_factory=list)  # tokens of the last patch not yet returned
+    expect: list[int] = field(default_factory=list)  # the token returned, not yet fed back
+    fed: list[int] = field(default_factory=list)  # fed back; the latent model has not read them yet
+    advance: list[list[int]] = field(default_factory=list)  # the patches it reads once the queue is fed back
+    done: bool = False  # eos was returned
+
+
+class PatchCache:
+    """generate()'s cache: the latent model's keys and values, each row's positions and patches in flight."""
+
+    def __init__(self, model, tok, sampling: Sampling) -> None:
+        self.model, self.tok, self.sampling = model, tok, sampling
+        self.eos, self.S = model.config.eos_token_id, model.config.max_patch_size
+        self.kv: list | None = None  # per latent block (B, H, K, Dh) keys and values
+        self.valid: torch.Tensor | None = None  # (B, K) which latent slots hold a patch (the others: padding)
+        self.next_pos: torch.Tensor | None = None  # (B,) each row's next latent position
+        self.rows: list[_Row] = []
+        self.seen = 0  # input_ids columns read
+
+    def get_seq_length(self) -> int:
+        return self.seen
+
+    @torch.no_grad()
+    def step(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """The ids generate() holds (B, N) -> the scores of each row's next token (B, 1, vocab_size)."""
+        new = input_ids[:, self.seen :].tolist()
+        self.seen = input_ids.shape[1]
+        emit: dict[int, int] = {}
+        advance: dict[int, list[list[int]]] = {}
+        if not self.rows:  # the prompts: the document marker, then each row's real tokens
+            real = [[True] * len(r) for r in new] if attention_mask is None else attention_mask.bool().tolist()
+            self.rows, self.next_pos = [_Row() for _ in new], torch.zeros(len(new), dtype=torch.long)
+            for b, (ids, keep) in enumerate(zip(new, real)):
+                advance[b] = [[EOD], *token_patches(self.tok, [i for i, k in zip(ids, keep) if k], self.eos)]
+                if len(advance[b]) > self.model.config.max_patches:
+                    raise ValueError(
+                        f"prompt {b} is {len(advance[b]) - 1} tokens and the model's context holds "
+                        f"{self.model.config.max_patches} patches with the document marker; shorten the prompt"
+                    )
+        for b, (row, ids) in enumerate(zip(self.rows, new)):
+            if b in advance:
+                continue
+            if row.done or ids == [self.eos] != row.expect:  # generate() pads a row it finished (eos_token_id)
+                row.done = True
+                emit[b] = self.eos
+            elif ids == row.expect:
+                row.fed, row.expect = row.fed + ids, []
+                if row.queue:
+                    emit[b] = self._emit(row)
+                else:
+                    advance[b] = row.advance
+            else:  # not the token this model emitted: the latent model reads the tokens it was given
+                advance[b] = token_patches(self.tok, row.fed + ids, self.eos)
+        emit.update(self._next_tokens(advance))
+        scores = torch.full((len(new), 1, self.model.config.vocab_size), float("-inf"), device=input_ids.device)
+        for b, token in emit.items():
+            scores[b, 0, token] = 0.0
+        return scores
+
+    def _emit(self, row: _Row) -> int:
+        token = row.queue.pop(0)
+        row.expect, row.done = [token], token == self.eos
+        return token
+
+    def _next_tokens(self, advance: dict[int, list[list[int]]]) -> dict[int, int]:
+        """Advance these rows' latent model by their patches, decode a patch each -> the token each returns."""
+        emit = {}
+        while advance:
+            for b, patches in list(advance.items()):
+                if int(self.next_pos[b]) + len(patches) > self.model.config.max_patches:
+                    del advance[b]  # the latent context (max_patches) is full: the row ends
+                    self.rows[b].queue, self.rows[b].fed = [self.eos], []
+                    emit[b] = self._emit(self.rows[b])
+            if not advance:
+                break
+            h = self._advance(advance)
+            again = {}
+            for b, symbols in zip(advance, self._decode(h)):
+                tokens, patches = self._resolve(symbols)
+                row = self.rows[b]
+                if tokens:
+                    row.queue, row.advance, row.fed = tokens, patches, []
+                    emit[b] = self._emit(row)
+                else:
+                    again[b] = patches
+            advance = again
+        return emit
+
+    def _resolve(self, symbols: list[int]) -> tuple[list[int], list[list[int]]]:
+        """A decoded patch -> (the token ids of its bytes, the patches the latent model reads next), as
+        hbpe's generate.py `finish_patch`: a patch that ends with EOP is read as it is, S symbols without EOP
+        are re-encoded by the tokenizer's out-of-vocabulary rule."""
+        tok = self.tok
+        if symbols[-1] == EOD:
+            return self._ids(tok.symbols_bytes(symbols[:-1])) + [self.eos], []
+        data = tok.symbols_bytes(symbols)
+        return self._ids(data), [symbols] if tok.symbol_ends_patch[symbols[-1]] else tok.encode_bytes(data)
+
+    def _ids(self, data: bytes) -> list[int]:
+        """Bytes -> first-stage ids (one token when they are one, as a canonical patch is)."""
+        enc = self.tok.encoding
+        piece = getattr(enc, "encode_single_piece", None) or enc._encode_single_piece  # private in tiktoken 0.6-0.14
+        return list(piece(data)) if data else []
+
+    def _advance(self, advance: dict[int, list[list[int]]]) -> torch.Tensor:
+        """g_phi and f_theta over each listed row's new patches (the other rows: masked filler slots) -> h (n, D)
+        after each listed row's last new patch, in `advance`'s order."""
+        m, B = self.model, len(self.rows)
+        dev = m.device
+        counts = torch.tensor([len(advance.get(b, ())) for b in range(B)])
+        L = int(counts.max())
+        n = max(len(p) for ps in advance.values() for p in ps)  # PAD columns past the longest patch change nothing
+        patches = torch.full((B, L, n), PAD, dtype=torch.long)
+        for b, ps in advance.items():
+            for j, p in enumerate(ps):
+                patches[b, j, : len(p)] = torch.tensor(p)
+        if self.valid is None:
+            self.valid = torch.zeros(B, 0, dtype=torch.bool)
+        fresh = torch.arange(L)[None, :] < counts[:, None]  # (B, L)
+        valid = torch.cat([self.valid, fresh], dim=1)  # (B, K)
+        K = valid.shape[1]
+        mask = valid[:, None, None, :] & torch.ones(L, K, dtype=torch.bool).tril(diagonal=K - L)  # (B, 1, L, K)
+        positions = self.next_pos[:, None] + torch.arange(L)[None, :]  # (B, L): each row's own
+        e = m.io.encoder(patches.to(dev))  # (B, L, D)
+        out, self.kv = m.latent.attend(e, positions.to(dev), mask.to(dev), self.kv)  # (B, L, D)
+        self.valid, self.next_pos = valid, self.next_pos + counts
+        rows = list(advance)
+        return out[torch.tensor(rows, device=dev), (counts[rows] - 1).to(dev)]  # (n, D)
+
+    def _decode(self, h: torch.Tensor) -> list[list[int]]:
+        """m_psi with a KV cache: h (n, D) -> one patch of symbols per row."""
+        dec, ends = self.model.io.decoder, self.tok.symbol_ends_patch
+        c = dec.from_latent(h)  # (n, d)
+        x, cond = (c, None) if dec.conditioning == "prefix" else (dec.start + c, c)
+        out: list[list[int]] = [[] for _ in range(h.shape[0])]
+        open_rows = set(range(h.shape[0]))
+        kv = None
+        for k in range(self.S):
+            y, kv = dec.transformer.attend(x[:, None], torch.tensor([k], device=h.device), None, kv)  # (n, 1, d)
+            logits = dec.head(y[:, 0]).float()  # (n, V')
+            logits[:, PAD] = float("-inf")  # fills a patch, never generated
+            picked = self.sampling.choose(logits)  # (n,)
+            for i, s in enumerate(picked.tolist()):
+                if i in open_rows:
+                    out[i].append(s)
+                    if s == EOD or ends[s]:
+                        open_rows.discard(i)
+            if not open_rows:
+                break
+            x = dec.embed(picked) if cond is None else dec.embed(picked) + cond
+        return out
