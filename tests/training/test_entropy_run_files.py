@@ -68,7 +68,7 @@ def decoy(entropy_run, tmp_path_factory) -> Path:
 def _bpb(checkpoint: Path, data: Path) -> float:
     r = CliRunner().invoke(main, ["eval", "--checkpoint", str(checkpoint), "--data", str(data), "--max-batches", "1"])
     assert r.exit_code == 0, r.output
-    return float(r.output.split()[1])
+    return float(r.stdout.split()[1])  # stdout: the result; the progress line is on stderr
 
 
 def test_an_entropy_run_and_its_export_give_the_same_bpb_from_another_directory(
