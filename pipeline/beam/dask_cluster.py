@@ -3,7 +3,7 @@
 The units are encoded and the shards written by the same functions as in process
 (inprocess.py), each one a Dask task, so the output is byte-identical; the launcher plans
 the shards and commits the output between them, as it does in process. The cluster is the
-scheduler at `--dask-address` (infra/dask/README.md), or a LocalCluster of one worker
+scheduler at `--dask-address` (infra/README.md, infra/dask.sh), or a LocalCluster of one worker
 process per core (`--workers`) on 127.0.0.1, started for the run and closed after it.
 
 Why not Beam's own DaskRunner (`--runner apache_beam.runners.dask.dask_runner.DaskRunner`,
