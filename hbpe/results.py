@@ -23,6 +23,16 @@ class Result:
         """The whole report as plain JSON-ready data: what the command's `--json` prints."""
         return copy.deepcopy(dict(self.report))
 
+    def __getitem__(self, key: str) -> Any:
+        """`result["bpb"]`, as when these functions returned dicts: still answered from the report, with a
+        DeprecationWarning naming the typed field or `as_dict()`, so code written for the dicts keeps running."""
+        import warnings
+
+        typed = key in {f for f in self.__dataclass_fields__ if f != "report"}
+        use = f".{key}" if typed else f".as_dict()[{key!r}]"
+        warnings.warn(f"{type(self).__name__}[{key!r}] is deprecated: use {use}", DeprecationWarning, stacklevel=2)
+        return copy.deepcopy(self.report[key])
+
 
 @dataclass(frozen=True, kw_only=True)
 class ConvertResult(Result):

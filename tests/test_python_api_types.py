@@ -46,6 +46,15 @@ def test_convert_returns_a_frozen_result_whose_as_dict_is_the_cli_json(tmp_path,
     m["counts"]["samples"] = -1  # a copy: the result is unchanged
     assert r.as_dict()["counts"]["samples"] == r.samples
     assert "report" not in repr(r) and f"samples={r.samples}" in repr(r)
+    # code written when these were dicts still runs, warned towards the typed field or as_dict()
+    with pytest.warns(
+        DeprecationWarning, match=r"ConvertResult\['counts'\] is deprecated: use \.as_dict\(\)\['counts'\]"
+    ):
+        assert r["counts"] == m["counts"] | {"samples": r.samples}
+    with pytest.warns(DeprecationWarning, match=r"use \.seq_len"):
+        assert r["seq_len"] == 8
+    with pytest.raises(KeyError):
+        r["no-such-key"]
 
     args = ["convert", "--tokenizer", str(gpt2_tokenizer_dir), "--input", str(corpus), "--out", str(tmp_path / "b")]
     cli = CliRunner().invoke(main, ["-q", *args, "--seq-len", "8", "--runner", "inprocess", "--workers", "1", "--json"])
