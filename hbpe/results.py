@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Self
 
 
@@ -18,6 +18,12 @@ class Result:
     """The library's report of one call; subclasses add its headline figures as fields."""
 
     report: Mapping[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_report(cls, r: Mapping[str, Any]) -> Self:
+        """Each headline field from the report's key of the same name; a subclass whose fields are computed
+        from the report overrides this."""
+        return cls(report=r, **{f.name: r[f.name] for f in fields(cls) if f.name != "report"})
 
     def as_dict(self) -> dict[str, Any]:
         """The whole report as plain JSON-ready data: what the command's `--json` prints."""
@@ -95,17 +101,6 @@ class EvalResult(Result):
     symbols_per_patch: float
     bytes: int
 
-    @classmethod
-    def from_report(cls, r: Mapping[str, Any]) -> Self:
-        return cls(
-            report=r,
-            bpb=r["bpb"],
-            loss_per_symbol=r["loss_per_symbol"],
-            bytes_per_patch=r["bytes_per_patch"],
-            symbols_per_patch=r["symbols_per_patch"],
-            bytes=r["bytes"],
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
 class TaskScores(Result):
@@ -129,17 +124,6 @@ class ExportResult(Result):
     tensors: int
     bytes: int
 
-    @classmethod
-    def from_report(cls, r: Mapping[str, Any]) -> Self:
-        return cls(
-            report=r,
-            out=r["out"],
-            format=r["format"],
-            parameters=r["parameters"],
-            tensors=r["tensors"],
-            bytes=r["bytes"],
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
 class PlotResult(Result):
@@ -150,14 +134,3 @@ class PlotResult(Result):
     eval_points: int
     last_batch: int
     final_eval_bpb: float | None
-
-    @classmethod
-    def from_report(cls, r: Mapping[str, Any]) -> Self:
-        return cls(
-            report=r,
-            out=r["out"],
-            train_points=r["train_points"],
-            eval_points=r["eval_points"],
-            last_batch=r["last_batch"],
-            final_eval_bpb=r["final_eval_bpb"],
-        )
