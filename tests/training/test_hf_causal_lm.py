@@ -188,3 +188,23 @@ def test_a_folder_that_is_no_model_names_what_was_looked_for(tmp_path):
     r = CliRunner().invoke(main, ["generate", "--checkpoint", str(tmp_path), "--prompt", "x"])
     cli_fails(r, 2, "is not a model folder hbpe reads: it is none of an `hbpe export` directory (hbpe_model.json), a")
     assert "transformers save_pretrained folder (config.json and model.safetensors)" in r.output
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (b"[1, 2]", "does not describe an hbpe model"),  # before: AttributeError, an internal error
+        (b"{" * 100_000, "is not readable JSON"),
+        (b" " * (17 << 20), "is over 16 MiB"),
+    ],
+)
+def test_a_save_pretrained_config_that_is_not_an_hbpe_description_is_one_error(tmp_path, config, message):
+    from click.testing import CliRunner
+
+    from hbpe.cli import main
+    from tests.helpers import cli_fails
+
+    (tmp_path / "config.json").write_bytes(config)
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 16)
+    r = CliRunner().invoke(main, ["generate", "--checkpoint", str(tmp_path), "--prompt", "x"])
+    cli_fails(r, 2, message)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from hbpe.pipeline.tokenizer import artifact
-from hbpe.schemas.errors import ArtifactError, ConfigError
+from hbpe.schemas.errors import ArtifactError, ConfigError, file_problem
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.checkpoint.export_format import tied_weights
 from hbpe.training.checkpoint.hf_export import CONFIG_FILE, HBPE_MODEL_KEY
@@ -28,6 +28,8 @@ from hbpe.training.checkpoint.load_checks import (
 )
 from hbpe.training.checkpoint.names import TOKENIZER_DIR, WEIGHTS_FILE
 from hbpe.training.model.patch_lm import PatchLM, VocabSpec, build_model
+
+MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few KB; hbpe_model inside it is a few hundred bytes
 
 
 def is_saved_pretrained(folder: Path) -> bool:
@@ -42,12 +44,17 @@ def load_saved_pretrained(folder: Path, *, device: str | torch.device = "cpu") -
     from safetensors.torch import load_file
 
     path = folder / CONFIG_FILE
+    for file in (path, folder / WEIGHTS_FILE):  # a FIFO or /dev/zero in their place would hang or fill memory
+        if (problem := file_problem(file)) is not None:
+            raise ArtifactError(f"{file} {problem}; save the model again with save_pretrained")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ArtifactError(f"{path} is over {MAX_CONFIG_BYTES >> 20} MiB, no config.json is; save the model again")
     try:
         config = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise ArtifactError(f"{path} is not readable JSON ({e}); save the model again with save_pretrained") from None
     described = config.get(HBPE_MODEL_KEY) if isinstance(config, dict) else None
-    if config.get("model_type") != "hbpe" or not isinstance(described, dict):
+    if not isinstance(described, dict) or config.get("model_type") != "hbpe":
         raise ArtifactError(
             f"{path} does not describe an hbpe model (model_type 'hbpe' and {HBPE_MODEL_KEY!r}, as `hbpe export "
             "--format hf` writes them); pass an hbpe model's folder"
@@ -59,7 +66,7 @@ def load_saved_pretrained(folder: Path, *, device: str | torch.device = "cpu") -
         )
     tok = artifact.load(folder / TOKENIZER_DIR)
     try:
-        cfg = ModelConfig(**described)  # every size bounded
+        cfg = ModelConfig.from_dict(described)  # every size bounded, as an export's description is read
     except (TypeError, ConfigError) as e:
         raise ArtifactError(f"{path}: {HBPE_MODEL_KEY} does not fit this hbpe ({e}); export the model again") from None
     check_tokenizer_shape(
