@@ -9,7 +9,9 @@ pair) and best against best (the lowest-BPB BPE row against the lowest-BPB BPE-p
 their sizes), since a scheme may use its parameters better at another width than the other does.
 
 An lr sweep (plots: lr) trains each model kind (io) at several learning rates; its best rate per kind
-(lowest mean final BPB) is printed as the `io_lr=...` override that hands it to the other presets.
+(lowest mean final BPB) is printed as the `io_lr=...` override that hands it to the other presets. A sweep
+over several widths (lr-sweep-width) picks the best rate per kind and width, and gives the gap between the
+two tuned models of each width (tuned_gaps).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from hbpe.experiments.eval_noise import gap_noise
+from hbpe.experiments.labels import WIDTH_KEY
 from hbpe.experiments.seeds import within_noise
 from hbpe.experiments.spec import ExperimentSpec
 
@@ -122,14 +125,35 @@ def ladder_lines(points: list[dict[str, Any]], best: dict[str, Any] | None) -> l
     return lines
 
 
+def _width(r: dict[str, Any]) -> Any:
+    return r["model"].get(WIDTH_KEY)
+
+
 def lr_sweep(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """{io: {lrs: [...], bpb: [spread...], best: lr}} over the rows of each model kind."""
+    """{key: {io, width, lrs: [...], bpb: [spread...], names, best: lr}}: one entry per model kind (io), or per
+    kind and width (key "bpe width 96") when the rows have several widths."""
+    widths = len({_width(r) for r in rows}) > 1
     out: dict[str, Any] = {}
-    for io in dict.fromkeys(r["io"] for r in rows):
-        rs = sorted((r for r in rows if r["io"] == io), key=lambda r: r["lr"])
+    for io, width in dict.fromkeys((r["io"], _width(r)) for r in rows):
+        rs = sorted((r for r in rows if r["io"] == io and (not widths or _width(r) == width)), key=lambda r: r["lr"])
         best = min(rs, key=lambda r: r["bpb"]["mean"])
-        out[io] = {"lrs": [r["lr"] for r in rs], "bpb": [r["bpb"] for r in rs], "names": [r["name"] for r in rs],
-                   "best": best["lr"]}  # fmt: skip
+        key = f"{io} width {width}" if widths else io
+        out[key] = {"io": io, "width": width if widths else None, "lrs": [r["lr"] for r in rs],
+                    "bpb": [r["bpb"] for r in rs], "names": [r["name"] for r in rs], "best": best["lr"]}  # fmt: skip
+    return out
+
+
+def tuned_gaps(
+    results: list[dict[str, Any]], rows: list[dict[str, Any]], eval_sets: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """At each width of a sweep over widths: the best-rate BPE row against the best-rate BPE-patch row."""
+    out = []
+    for width in sorted({_width(r) for r in rows}, key=lambda w: (w is None, w)):
+        names = {r["name"] for r in rows if _width(r) == width}
+        pair = best_against_best([r for r in results if r["name"] in names], [r for r in rows if r["name"] in names],
+                                 eval_sets)  # fmt: skip
+        if pair is not None:
+            out.append({"width": width, **pair})
     return out
 
 
@@ -141,19 +165,30 @@ def _tied(v: dict[str, Any]) -> str:
     return f" ({', '.join(f'lr {lr:g}' for lr in tied)} within noise)" if tied else ""
 
 
-def lr_lines(sweep: dict[str, Any]) -> list[str]:
-    """Markdown: BPB per lr for each model kind, and the override that passes the best ones on."""
+def lr_lines(sweep: dict[str, Any], tuned: list[dict[str, Any]] | None = None) -> list[str]:
+    """Markdown: BPB per lr for each model kind (and width), and the override that passes the best ones on, or
+    with several widths the gap between the tuned models of each width."""
     lrs = sorted({lr for v in sweep.values() for lr in v["lrs"]})
     lines = ["Learning rate sweep (final BPB, mean ± std of seeds):", "",
              "| model (io) | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | best lr |",
              "|---|" + "---|" * (len(lrs) + 1)]  # fmt: skip
-    for io, v in sweep.items():
+    for key, v in sweep.items():
         at = dict(zip(v["lrs"], v["bpb"], strict=True))
         cells = [
             "–" if lr not in at else f"{at[lr]['mean']:.4f}" + (f" ± {at[lr]['std']:.4f}" if at[lr]["std"] else "")
             for lr in lrs
         ]
-        lines.append(f"| {io} | " + " | ".join(cells) + f" | {v['best']:g}{_tied(v)} |")
+        edge = " (at the edge of the sweep)" if len(v["lrs"]) > 1 and v["best"] in (v["lrs"][0], v["lrs"][-1]) else ""
+        lines.append(f"| {key} | " + " | ".join(cells) + f" | {v['best']:g}{_tied(v)}{edge} |")
+    if any(v.get("width") is not None for v in sweep.values()):
+        lines += ["", "The tuned models at each width (each kind at its best rate there): BPE-patch − BPE, final BPB "
+                  "(± seeds' std where several; eval-sampling sd):", "", "| width | BPE | BPE-patch | gap |",
+                  "|---|---|---|---|"]  # fmt: skip
+        for t in tuned or []:
+            spread = f" ± {t['gap_std']:.4f}" if t["gap_std"] else ""
+            noise = f" (eval sd {t['eval_noise']['sd']:.4f})" if t["eval_noise"] else ""
+            lines.append(f"| {t['width']} | {t['a']} | {t['b']} | {t['gap']:+.4f}{spread}{noise} |")
+        return lines
     chosen = ", ".join(f"{io}: {v['best']:g}" for io, v in sweep.items())
     lines += ["", f"Pass the best rates to the other presets: `io_lr={{{chosen}}}` (e.g. `hbpe experiment ladder-width "
               f"'io_lr={{{chosen}}}'`)."]  # fmt: skip

@@ -319,6 +319,32 @@ def lr_sweep_mini(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -
                    eval_corpus, batches=400, eval_points=5, eval_blocks=16, plots=("curve", "lr"))  # fmt: skip
 
 
+# the rates lr-sweep-mini chose at the mini's width (x1), the centre of lr-sweep-width's sweep at every width
+SWEPT_IO_LR = {"bpe": 3e-3, "hierarchical": 1e-3}
+SWEPT_FLANKS = {"bpe": (1e-3, 1e-2), "hierarchical": (3e-4, 3e-3)}  # about 3x below and above each centre
+
+
+def lr_sweep_width(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
+    """ladder-width's learning rates tuned at each width: every model at its x1 rate and about 3x below and above.
+
+    The centre runs are ladder-width's own (same names, rate and budget: a copy of its seed-17 results is
+    recognised and not trained again); the flanks add BPE at 1e-3 and 1e-2 and BPE-patch at 3e-4 and 3e-3.
+    160 batches, 1 seed (`seeds=2` doubles it), 4 curve points. The table gives the best rate per model and
+    width and the gap between the tuned models at each width. Estimate: 16 new runs, about 65 minutes at two
+    experiments on the 2-core machine, two thirds of it the x4 BPE-patch runs.
+    """
+    fs = f"v{CROSSOVER_VOCAB}"
+    runs: list[RunSpec] = []
+    for f in WIDTHS:
+        for name, io in (("bpe", "bpe"), ("bpe-patch", "hierarchical")):
+            runs.append(_run(f"{name}-x{f:g}", io, fs, scaled(f)))
+            for lr in SWEPT_FLANKS[io]:
+                runs.append(_run(f"{name}-x{f:g}-lr{lr:g}", io, fs, scaled(f), lr=lr))
+    return _ladder("lr-sweep-width", "ladder-width's models at three learning rates per width", tuple(runs),
+                   train_corpus, eval_corpus, batches=160, eval_points=4, eval_blocks=16, seeds=1,
+                   io_lr=dict(SWEPT_IO_LR), plots=("curve", "lr"))  # fmt: skip
+
+
 # ladder-gpu: four sizes on one GPU, through `hbpe experiment` (so a machine with the full stack: Composer,
 # streaming, Beam; infra/gpu/ holds the plain-PyTorch route for an image without them). Measured on an H100 (bf16,
 # the model's training step alone with AdamW and clipping, batch 32 x 128, a symbol in every one of the S positions
@@ -386,6 +412,7 @@ PRESETS: dict[str, Callable[..., ExperimentSpec]] = {
     "ladder-data": ladder_data,
     "ladder-s": ladder_s,
     "lr-sweep-mini": lr_sweep_mini,
+    "lr-sweep-width": lr_sweep_width,
     "ladder-gpu": ladder_gpu,  # one GPU, under 8 minutes
     # the paper's sizes and steps, for a GPU cluster (documented; not run here)
     "table1-small": _paper(

@@ -26,7 +26,7 @@ import numpy as np
 from hbpe.experiments.crossover import analyse_pair, describe
 from hbpe.experiments.eval_noise import gap_noise, row_noise, subset
 from hbpe.experiments.labels import row_label_suffix
-from hbpe.experiments.ladder import best_against_best, ladder_lines, ladder_points, lr_lines, lr_sweep
+from hbpe.experiments.ladder import best_against_best, ladder_lines, ladder_points, lr_lines, lr_sweep, tuned_gaps
 from hbpe.experiments.out_folder import RESULTS_FORMAT
 from hbpe.experiments.plots import write_plots
 from hbpe.experiments.seeds import mean_curve, show, spread, within_noise
@@ -236,8 +236,9 @@ def write_report(
         }
         table += "\n" + "\n".join(ladder_lines(ladder["pairs"], ladder["best_against_best"])) + "\n"
     sweep = lr_sweep(rows) if "lr" in spec.plots else None
+    tuned = tuned_gaps(results, rows, eval_sets) if sweep and any(v["width"] is not None for v in sweep.values()) else None
     if sweep is not None:
-        table += "\n" + "\n".join(lr_lines(sweep)) + "\n"
+        table += "\n" + "\n".join(lr_lines(sweep, tuned)) + "\n"
     (out / "table.md").write_text(table)
     plots = write_plots(spec, rows, crossover, out, ladder=ladder, sweep=sweep)
     report = {
@@ -251,6 +252,7 @@ def write_report(
         "crossover": crossover,
         "ladder": ladder,  # with plots: ladder (ladder.py)
         "lr_sweep": sweep,  # with plots: lr
+        "tuned_by_width": tuned,  # an lr sweep over several widths: the best rate's BPE against BPE-patch's
         "table": table,
         "plots": [str(out / p) for p in plots],
     }

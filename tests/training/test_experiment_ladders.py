@@ -122,6 +122,41 @@ def test_the_lr_sweep_prints_the_override_the_ladders_take(corpus, tmp_path):
     assert (tmp_path / "lr" / "lr.png").stat().st_size > 1000
 
 
+def test_the_width_sweep_reuses_ladder_widths_runs_at_their_rates():
+    from hbpe.experiments.runner import _fingerprint
+
+    sweep = load_spec("lr-sweep-width")
+    width = load_spec("ladder-width", ["io_lr={bpe: 0.003, hierarchical: 0.001}"])  # as the published ladder ran
+    centre = {r.name: r for r in width.runs}
+    shared = [r for r in sweep.runs if r.name in centre]
+    assert len(shared) == 8 and len(sweep.runs) == 24
+    for r in shared:  # a copy of ladder-width's seed-17 result.json is recognised, not trained again
+        assert _fingerprint(sweep, r, 17) == _fingerprint(width, centre[r.name], 17), r.name
+    rates = {(r.model["io"], r.model["latent_dim"]): set() for r in sweep.runs}
+    for r in sweep.runs:
+        rates[(r.model["io"], r.model["latent_dim"])].add(sweep.run_lr(r))
+    for (io, _), lrs in rates.items():
+        assert sorted(lrs) == ([0.001, 0.003, 0.01] if io == "bpe" else [0.0003, 0.001, 0.003])
+
+
+def test_the_width_sweep_tunes_each_width_and_compares_the_tuned_models(corpus, tmp_path):
+    rep = _run("lr-sweep-width", tmp_path / "lw", corpus)
+    sweep, rows = rep["lr_sweep"], rep["rows"]
+    assert len(sweep) == 8  # two kinds x four widths
+    for v in sweep.values():
+        at = {r["lr"]: r["bpb"]["mean"] for r in rows if r["io"] == v["io"] and r["model"]["latent_dim"] == v["width"]}
+        assert len(at) == 3 and v["best"] == min(at, key=at.get)
+    bpb = {r["name"]: r["bpb"] for r in rep["runs"]}
+    tuned = rep["tuned_by_width"]
+    assert [t["width"] for t in tuned] == [48, 96, 192, 384]
+    for t in tuned:
+        assert t["gap"] == pytest.approx(bpb[t["b"]] - bpb[t["a"]])
+        best = {v["io"]: v["best"] for v in sweep.values() if v["width"] == t["width"]}
+        assert {r["name"]: r["lr"] for r in rep["runs"]}[t["a"]] == best["bpe"]
+    table = (tmp_path / "lw" / "table.md").read_text()
+    assert "The tuned models at each width" in table and "io_lr=" not in table.split("Learning rate sweep")[1]
+
+
 @pytest.mark.parametrize("preset", ["ladder-paper-mini", "ladder-data", "ladder-gpu"])
 def test_the_other_ladders_run_narrowed_with_the_fair_objective(corpus, tmp_path, preset):
     rep = _run(preset, tmp_path / "x", corpus)
