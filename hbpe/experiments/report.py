@@ -236,7 +236,9 @@ def write_report(
         }
         table += "\n" + "\n".join(ladder_lines(ladder["pairs"], ladder["best_against_best"])) + "\n"
     sweep = lr_sweep(rows) if "lr" in spec.plots else None
-    tuned = tuned_gaps(results, rows, eval_sets) if sweep and any(v["width"] is not None for v in sweep.values()) else None
+    tuned = (
+        tuned_gaps(results, rows, eval_sets) if sweep and any(v["width"] is not None for v in sweep.values()) else None
+    )
     if sweep is not None:
         table += "\n" + "\n".join(lr_lines(sweep, tuned)) + "\n"
     (out / "table.md").write_text(table)
