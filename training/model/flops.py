@@ -124,8 +124,8 @@ def local_train_flops(cfg: ModelConfig, patches: Tensor, *, vocab_size: int) -> 
     """Forward + backward FLOPs of the local models on one batch of patches (B, N, S), as `cfg.local_layout`
     runs them, and the part of them spent on PAD -> {executed, pad}.
 
-    Packed (training/model/packing.py): position-wise work on the real symbols only, attention in a
-    scratch as wide as the batch's longest patch (its only PAD). Padded: all S positions of every patch.
+    Packed (training/model/packing.py): position-wise work and attention on the real symbols only (an
+    all-PAD patch the encoder reads keeps one position: its only PAD). Padded: all S positions of every patch.
     The encoder reads patches 1..N-1, the decoder predicts patches 2..N (training/model/patch_io.py).
     """
     local = dict(ffn=cfg.local_ffn, heads=cfg.local_heads, mlp_mats=SWIGLU_MLP_MATS)
@@ -139,9 +139,8 @@ def local_train_flops(cfg: ModelConfig, patches: Tensor, *, vocab_size: int) -> 
         kept = real.clamp_min(1) if keep_first else real
         M = float(real.numel())
         useful += stack_flops(float(real.sum()), float((real * real).sum()), cfg.local_dim, layers, vocab, **local)
-        if cfg.local_layout == "packed":
-            width = float(kept.max()) if M else 0.0
-            executed += stack_flops(float(kept.sum()), M * width * width, cfg.local_dim, layers, vocab, **local)
+        if cfg.local_layout == "packed":  # each patch attends within itself, over its kept positions
+            executed += stack_flops(float(kept.sum()), float((kept * kept).sum()), cfg.local_dim, layers, vocab, **local)
         else:
             executed += stack_flops(M * S, M * S * S, cfg.local_dim, layers, vocab, **local)
     return {"executed": 3.0 * executed, "pad": 3.0 * (executed - useful)}

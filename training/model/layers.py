@@ -39,9 +39,10 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
     return torch.view_as_real(pairs * turn).flatten(-2).type_as(x)  # (B, H, L, Dh)
 
 
-def rope_rows(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """`rope` of packed rows x (N, H, Dh), row i at positions[i] (N,): the same angles, the same products."""
-    return rope(x.transpose(0, 1), positions, theta).transpose(0, 1)  # (H, N, Dh) rotated as (B=H, L=N)
+def rotate_rows(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    """`rope` of packed rows x (N, H, Dh) by their factors (N, 1, Dh/2) (PatchPacking.rotation): the same products."""
+    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))  # (N, H, Dh/2): x1 + i x2
+    return torch.view_as_real(pairs * rotation).flatten(-2).type_as(x)  # (N, H, Dh)
 
 
 class KVCache:
@@ -100,24 +101,31 @@ class Attention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(B, L, D))
 
     def _packed(self, x: torch.Tensor, packing: PatchPacking, *, causal: bool) -> torch.Tensor:
-        """Packed rows x (N, D) of M patches -> (N, D); each patch attends within itself, to its real positions.
+        """Packed rows x (N, D) in length order (packing.py) -> (N, D); each patch attends within itself.
 
-        The projections run on the N rows; q, k, v meet in the (M, L) scratch of `packing` (one SDPA call).
-        Real positions come first in a patch, so for a causal model the causal mask alone keeps every real
-        query off PAD keys; bidirectional attention masks PAD keys as the padded path does.
+        The projections run on the N rows. The patches of one length are one contiguous block of rows, so
+        q, k, v of a block are views (c, H, l, Dh) of the projection and one SDPA call per length needs no
+        mask: every key in a block is real, and a causal model's queries see their own patch's earlier
+        symbols through SDPA's causal kernel. A 1-symbol patch attends only to itself: its output is its v.
         """
         N, D = x.shape
-        H, M, L = self.heads, packing.patches, packing.width
-        qkv = self.qkv(x).view(N, 3, H, D // H)  # (N, 3, H, Dh)
-        qk = rope_rows(qkv[:, :2].reshape(N, 2 * H, D // H), packing.col, self.theta)  # (N, 2H, Dh): q and k turned
-        grid = qkv.new_zeros(M * L, 3, H, D // H)  # the (M, L) scratch, zeros at PAD (masked keys, dropped queries)
-        grid[:, :2].index_copy_(0, packing.scratch_rows, qk.view(N, 2, H, D // H))  # two copies in, no concatenation
-        grid[:, 2].index_copy_(0, packing.scratch_rows, qkv[:, 2])
-        q, k, v = grid.view(M, L, 3, H, D // H).permute(2, 0, 3, 1, 4)  # 3 x (M, H, L, Dh)
-        mask = None if causal else packing.key_mask[:, None, None, :]  # (M, 1, 1, L)
+        H, Dh = self.heads, D // self.heads
+        qkv = self.qkv(x).view(N, 3, H, Dh)  # (N, 3, H, Dh)
+        qk = rotate_rows(qkv[:, :2].reshape(N, 2 * H, Dh), packing.rotation(Dh, self.theta)).view(N, 2, H, Dh)
+        v = qkv[:, 2]  # (N, H, Dh)
         drop = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop, is_causal=causal and L > 1)
-        return self.out(packing.gather(y.transpose(1, 2).reshape(M, L, D)))  # (N, D)
+        blocks = []
+        for start, c, length in packing.buckets:
+            end = start + c * length
+            if length == 1:  # softmax over one key: the output is that key's value
+                blocks.append(v[start:end].reshape(c, D))
+                continue
+            q, k = qk[start:end].view(c, length, 2, H, Dh).permute(2, 0, 3, 1, 4)  # 2 x (c, H, l, Dh)
+            vb = v[start:end].view(c, length, H, Dh).transpose(1, 2)  # (c, H, l, Dh)
+            y = F.scaled_dot_product_attention(q, k, vb, dropout_p=drop, is_causal=causal)  # (c, H, l, Dh)
+            blocks.append(y.transpose(1, 2).reshape(c * length, D))
+        y = torch.cat(blocks) if blocks else v.reshape(N, D)  # (N, D); no rows: an empty batch of them
+        return self.out(y)
 
 
 class SwiGLU(nn.Module):
@@ -172,8 +180,12 @@ class Transformer(nn.Module):
         packing: PatchPacking | None = None,
     ) -> torch.Tensor:
         """x (B, L, D), or with `packing` the real positions of M patches as rows (N, D) (training/model/packing.py)."""
+        if packing is not None:  # the blocks run on length-ordered rows; row-major order in and out
+            x = x.index_select(0, packing.order)
         for i, block in enumerate(self.blocks):
             x = block(x, causal=causal, key_mask=key_mask, cache=cache, layer=i, packing=packing)
         if cache is not None:
             cache.length += x.shape[1]  # every layer of this pass used the same start position
+        if packing is not None:
+            x = x.index_select(0, packing.inverse)
         return self.norm(x)

@@ -7,27 +7,29 @@ FFN, the decoder's head and loss) runs on the N real positions only, gathered ro
 
     real (M, S) bool  ->  rows (N,) = the flat indices m * S + s of the True entries
 
-Attention is the one step that mixes positions, and it stays within a patch: the packed
-q, k, v are copied into an (M, L, ...) scratch of the batch's longest real patch
-(L <= S) and one SDPA call runs there under the same masks as the padded model, then the
-real rows are gathered back. Attention is ~3% of a local layer's FLOPs at these widths
-(2*2*L*d per position against 2*(4 d^2 + 3 d f)), so its scratch is the only PAD left;
-one SDPA call measured faster on CPU than one per patch length (tests/training/
-test_packed_local.py holds both layouts equal). `padded_attention_share` counts it.
+Attention is the one step that mixes positions, and it stays within a patch. Inside a local
+transformer the rows are put in length order (`order`): the patches of one length l are then
+one contiguous block of rows, a view (c, l, d) with no PAD at all, and each block is one SDPA
+call with no mask (bidirectional: every key is real; causal: SDPA's own causal kernel). The
+transformer puts its rows back in row-major order at the end (`inverse`), so that everything
+outside it sees `rows`' order. Against one SDPA call over an (M, L) scratch of the longest
+patch, which the first packed version used, this drops the scratch's zero fill, the two
+copies in and the gather out of every layer (and their backward), and the scratch's PAD
+(2.3x the real query-key pairs at a 4K first stage, S = 10); `hbpe bench train` measures it.
 
->>> real = torch.tensor([[True, True, False], [True, False, False]])
+>>> real = torch.tensor([[True, True, False], [True, False, False], [True, True, False]])
 >>> p = PatchPacking.from_real(real)
->>> p.rows.tolist(), p.patch.tolist(), p.col.tolist(), p.width
-([0, 1, 3], [0, 0, 1], [0, 1, 0], 2)
->>> p.scratch_rows.tolist()  # where each row sits in the (M, L) attention scratch
-[0, 1, 2]
->>> p.gather(torch.arange(4.0).view(2, 2, 1)).squeeze(-1).tolist()  # scratch -> the real rows
-[0.0, 1.0, 2.0]
+>>> p.rows.tolist(), p.patch.tolist(), p.col.tolist()
+([0, 1, 3, 6, 7], [0, 0, 1, 2, 2], [0, 1, 0, 0, 1])
+>>> p.order.tolist(), p.buckets  # length order: the 1-symbol patch, then the two 2-symbol ones
+([2, 0, 1, 3, 4], ((0, 1, 1), (1, 2, 2)))
+>>> p.inverse[p.order].tolist()
+[0, 1, 2, 3, 4]
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -36,16 +38,17 @@ from hbpe.schemas.errors import HbpeError
 
 @dataclass(frozen=True)
 class PatchPacking:
-    """Where the N real positions of M patches of S slots sit, and the attention scratch (M, L) they fill."""
+    """Where the N real positions of M patches of S slots sit, and their length-ordered blocks for attention."""
 
     rows: torch.Tensor  # (N,) flat index m * S + s into the (M, S) layout, row-major
     patch: torch.Tensor  # (N,) m: the patch of each real position
     col: torch.Tensor  # (N,) s: its slot within the patch (its RoPE position)
-    scratch_rows: torch.Tensor  # (N,) flat index m * L + s into the (M, L) attention scratch
-    key_mask: torch.Tensor  # (M, L) True at real positions: the keys a query may attend to
     counts: torch.Tensor  # (M,) real positions per patch
+    order: torch.Tensor  # (N,) the row-major row at each place of the length order
+    inverse: torch.Tensor  # (N,) the place in the length order of each row-major row
+    buckets: tuple[tuple[int, int, int], ...]  # (first place, patches, length) of each length present, ascending
     patches: int  # M
-    width: int  # L: the longest patch's real positions (0 when there are none)
+    _rotations: dict = field(default_factory=dict, compare=False, repr=False)  # (Dh, theta) -> RoPE factors
 
     @classmethod
     def from_real(cls, real: torch.Tensor) -> PatchPacking:
@@ -54,18 +57,26 @@ class PatchPacking:
         if bool((real[:, 1:] & ~real[:, :-1]).any()):
             raise HbpeError("internal: a patch has a real symbol after PAD; the packed local models need PAD last")
         counts = real.sum(1)  # (M,)
-        width = int(counts.max()) if M else 0
         patch, col = real.nonzero(as_tuple=True)  # (N,), (N,) row-major
-        key_mask = torch.arange(width, device=real.device)[None, :] < counts[:, None]  # (M, L)
+        # a stable sort by patch length keeps row-major order within a length: patch by patch, slot by slot
+        order = torch.argsort(counts.index_select(0, patch), stable=True)  # (N,)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel(), device=order.device)
+        per_length = torch.bincount(counts, minlength=S + 1).tolist()  # patches of each length 0..S
+        buckets, start = [], 0
+        for length in range(1, S + 1):
+            if per_length[length]:
+                buckets.append((start, per_length[length], length))
+                start += per_length[length] * length
         return cls(
             rows=patch * S + col,
             patch=patch,
             col=col,
-            scratch_rows=patch * width + col,
-            key_mask=key_mask,
             counts=counts,
+            order=order,
+            inverse=inverse,
+            buckets=tuple(buckets),
             patches=M,
-            width=width,
         )
 
     @property
@@ -73,10 +84,16 @@ class PatchPacking:
         """N: real positions."""
         return int(self.rows.numel())
 
-    def gather(self, grid: torch.Tensor) -> torch.Tensor:
-        """(M, L, C) scratch -> (N, C) rows at the real positions."""
-        return grid.reshape(self.patches * self.width, -1).index_select(0, self.scratch_rows)  # (N, C)
+    def rotation(self, head_dim: int, theta: float) -> torch.Tensor:
+        """RoPE's unit complex factors (N, 1, Dh/2) at each length-ordered row's slot: computed once per
+        packing and shared by every layer of the stack (layers.rotate_rows)."""
+        key = (head_dim, theta)
+        if key not in self._rotations:
+            inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=self.col.device, dtype=torch.float32) / head_dim))
+            ang = self.col.index_select(0, self.order).to(torch.float32)[:, None] * inv[None, :]  # (N, Dh/2)
+            self._rotations[key] = torch.polar(torch.ones_like(ang), ang).unsqueeze(1)  # (N, 1, Dh/2)
+        return self._rotations[key]
 
-    def padded_attention_share(self) -> tuple[int, int]:
-        """(query-key pairs the scratch attention computes, pairs between real positions)."""
-        return self.patches * self.width * self.width, int((self.counts * self.counts).sum())
+    def attention_pairs(self) -> int:
+        """Query-key pairs the packed attention computes: sum over patches of length^2 (no PAD)."""
+        return int((self.counts * self.counts).sum())
