@@ -110,18 +110,19 @@ class Attention(nn.Module):
         """
         N, D = x.shape
         H, Dh = self.heads, D // self.heads
-        qkv = self.qkv(x).view(N, 3, H, Dh)  # (N, 3, H, Dh)
-        qk = rotate_rows(qkv[:, :2].reshape(N, 2 * H, Dh), packing.rotation(Dh, self.theta)).view(N, 2, H, Dh)
-        v = qkv[:, 2]  # (N, H, Dh)
+        qk, v = self.qkv(x).view(N, 3, H, Dh).split([2, 1], dim=1)  # (N, 2, H, Dh), (N, 1, H, Dh)
+        qk = rotate_rows(qk.reshape(N, 2 * H, Dh), packing.rotation(Dh, self.theta)).view(N, 2, H, Dh)
+        v = v.squeeze(1)  # (N, H, Dh)
         drop = self.dropout if self.training else 0.0
+        # split, not slices: a slice's backward fills a zero tensor of all N rows per block, split's is one cat
+        sizes = [c * length for _, c, length in packing.buckets]
         blocks = []
-        for start, c, length in packing.buckets:
-            end = start + c * length
+        for (_, c, length), qk_b, v_b in zip(packing.buckets, qk.split(sizes), v.split(sizes), strict=True):
             if length == 1:  # softmax over one key: the output is that key's value
-                blocks.append(v[start:end].reshape(c, D))
+                blocks.append(v_b.reshape(c, D))
                 continue
-            q, k = qk[start:end].view(c, length, 2, H, Dh).permute(2, 0, 3, 1, 4)  # 2 x (c, H, l, Dh)
-            vb = v[start:end].view(c, length, H, Dh).transpose(1, 2)  # (c, H, l, Dh)
+            q, k = qk_b.view(c, length, 2, H, Dh).permute(2, 0, 3, 1, 4)  # 2 x (c, H, l, Dh)
+            vb = v_b.view(c, length, H, Dh).transpose(1, 2)  # (c, H, l, Dh)
             y = F.scaled_dot_product_attention(q, k, vb, dropout_p=drop, is_causal=causal)  # (c, H, l, Dh)
             blocks.append(y.transpose(1, 2).reshape(c * length, D))
         y = torch.cat(blocks) if blocks else v.reshape(N, D)  # (N, D); no rows: an empty batch of them
