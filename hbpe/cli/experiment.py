@@ -92,20 +92,26 @@ def experiment_cmd(
     eval_input: tuple[str, ...], entropy_input: tuple[str, ...], as_json: bool,
 ) -> None:  # fmt: skip
     """Run an experiment: a preset (table1-mini, chinese-mini, vocab-mini, s-ablation-mini,
-    crossover-mini, ladder-paper-mini, ladder-width, ladder-data, ladder-s, lr-sweep-mini, ladder-gpu,
+    crossover-mini, ladder-paper-mini, ladder-width, ladder-data, ladder-s, lr-sweep-mini, lr-sweep-width, ladder-gpu,
     table1-small, table3-medium) or a YAML file, with key=value overrides of its spec
     (`batches=100`, `model.latent_layers=4` for every run). Writes results.json, table.md and
-    PNG plots to --out. `hbpe experiment list` prints each preset with its description.
+    PNG plots to --out. `hbpe experiment list` prints each preset with its description;
+    `hbpe experiment summary FOLDER...` puts the ladder pairs of finished experiments in one table and
+    one plot (rungs.md, rungs.png in --out): the gap and k against parameters and tokens per parameter.
 
     \b
     Example:
       hbpe experiment table1-mini --out runs/experiments/table1-mini
       hbpe experiment list
+      hbpe experiment summary docs/experiments/ladder-width docs/experiments/ladder-data --out /tmp/rungs
     """
     from pathlib import Path
 
     if preset == "list":
         _list_presets(overrides, as_json)
+        return
+    if preset == "summary":
+        _summary(overrides, out, as_json)
         return
     from hbpe.experiments.presets import load_spec
     from hbpe.experiments.runner import run_experiment
@@ -114,6 +120,20 @@ def experiment_cmd(
     folder = Path(out or Path("runs", "experiments", spec.name))
     report = run_experiment(spec, folder, on_event=say, progress=not is_quiet())
     emit(report, as_json, lambda r: r["table"] + "\n" + "\n".join(f"plot: {p}" for p in r["plots"]))
+
+
+def _summary(folders: tuple[str, ...], out: str | None, as_json: bool) -> None:
+    """`hbpe experiment summary FOLDER...`: every rung of the ladders in one table and plot (rungs.py)."""
+    from pathlib import Path
+
+    from hbpe.experiments.rungs import write_summary
+
+    if not folders:
+        raise click.UsageError(
+            "`hbpe experiment summary` takes the folders of finished experiments (e.g. runs/experiments/ladder-width)"
+        )
+    report = write_summary([Path(f) for f in folders], Path(out or Path("runs", "experiments", "summary")))
+    emit(report, as_json, lambda r: r["table"] + "\n" + "\n".join(f"plot: {p}" for p in r["files"][1:]))
 
 
 def _list_presets(overrides: tuple[str, ...], as_json: bool) -> None:
