@@ -189,3 +189,17 @@ def test_bf16_autocast_gives_the_padded_loss_to_bf16_precision(shard_rows):
     loss_p = float(cross_entropy_sum(lp, tp)) / int((tp != IGNORE).sum())
     loss_k = float(cross_entropy_sum(lk, tk)) / int((tk != IGNORE).sum())
     assert loss_k == pytest.approx(loss_p, rel=1e-2)
+
+
+def test_a_batch_with_no_real_target_gives_no_rows_as_the_padded_model_scores_none():
+    """Every predicted patch all PAD (N = 0 decoder rows): the padded model scores nothing (all IGNORE), the
+    packed one returns no rows; both train on it (loss 0) without an error."""
+    spec = VocabSpec(vocab_size=300, max_patch_size=6, n_vocab=1000)
+    patches = torch.full((2, 4, 6), PAD)
+    patches[:, 0, :3] = 5  # one real patch, read by the encoder; the three targets are all PAD
+    batch = {"patches": patches, "first_target": torch.ones(2, dtype=torch.long)}
+    for layout, rows in (("padded", 2 * 3 * 6), ("packed", 0)):
+        model = build_model(model_config("tiny", local_layout=layout), spec)
+        logits, targets = model(batch)
+        assert logits.shape == (rows, 300) and (targets == IGNORE).all(), layout
+        cross_entropy_sum(logits, targets).backward()

@@ -41,7 +41,8 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
 
 def rotate_rows(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     """`rope` of packed rows x (N, H, Dh) by their factors (N, 1, Dh/2) (PatchPacking.rotation): the same products."""
-    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))  # (N, H, Dh/2): x1 + i x2
+    # Dh // 2, not -1: with no rows (no real decoder target in the batch) -1 is ambiguous and reshape refuses
+    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], x.shape[-1] // 2, 2))  # (N, H, Dh/2): x1 + i x2
     return torch.view_as_real(pairs * rotation).flatten(-2).type_as(x)  # (N, H, Dh)
 
 
