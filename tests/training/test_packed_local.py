@@ -23,6 +23,7 @@ from hbpe.schemas.train_config import model_config
 from hbpe.training.data.byte_patching import UNBOUNDED_SAFETY_LIMIT
 from hbpe.training.data.schemes import BytePatchScheme, build_scheme, vocabulary_bytes
 from hbpe.training.inference.generate import generate_batch
+from hbpe.training.model.layers import Attention
 from hbpe.training.model.packing import PatchPacking
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
 from hbpe.training.model.patch_lm import VocabSpec, build_model
@@ -203,3 +204,27 @@ def test_a_batch_with_no_real_target_gives_no_rows_as_the_padded_model_scores_no
         logits, targets = model(batch)
         assert logits.shape == (rows, 300) and (targets == IGNORE).all(), layout
         cross_entropy_sum(logits, targets).backward()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_dropout_reaches_one_symbol_patches_as_in_the_padded_model(causal):
+    """model.dropout drops attention weights; a 1-symbol patch's one weight too (the padded model's SDPA does):
+    in training each (patch, head) output is 0 or 1 / (1 - p) times its eval value, in both layouts."""
+    torch.manual_seed(0)
+    D, H, M = 8, 2, 64
+    real = torch.zeros(M, 3, dtype=torch.bool)
+    real[:, 0] = True  # every patch one symbol long
+    x = torch.randn(M, 3, D)
+    packing = PatchPacking.from_real(real)
+    runs = {
+        "padded": lambda a: a(x, causal=causal, key_mask=None if causal else real)[:, 0],
+        "packed": lambda a: a(x[:, 0], causal=causal, packing=packing),
+    }
+    for layout, run in runs.items():
+        attn = Attention(D, H, 10000.0, dropout=0.5)
+        with torch.no_grad():
+            attn.out.weight.copy_(torch.eye(D))  # the heads' outputs as they are
+        ratio = (run(attn.train()) / run(attn.eval())).view(M, H, D // H)
+        per_head = ratio[..., 0]  # (M, H): one attention weight per patch and head, kept or dropped
+        assert torch.allclose(ratio, per_head.unsqueeze(-1).expand_as(ratio)), layout
+        assert set(per_head.round(decimals=4).unique().tolist()) == {0.0, 2.0}, layout

@@ -107,7 +107,8 @@ class Attention(nn.Module):
         The projections run on the N rows. The patches of one length are one contiguous block of rows, so
         q, k, v of a block are views (c, H, l, Dh) of the projection and one SDPA call per length needs no
         mask: every key in a block is real, and a causal model's queries see their own patch's earlier
-        symbols through SDPA's causal kernel. A 1-symbol patch attends only to itself: its output is its v.
+        symbols through SDPA's causal kernel. A 1-symbol patch attends only to itself: its output is its v
+        (in training with dropout its one weight is dropped as any other, so it goes through SDPA too).
         """
         N, D = x.shape
         H, Dh = self.heads, D // self.heads
@@ -119,7 +120,7 @@ class Attention(nn.Module):
         sizes = [c * length for _, c, length in packing.buckets]
         blocks = []
         for (_, c, length), qk_b, v_b in zip(packing.buckets, qk.split(sizes), v.split(sizes), strict=True):
-            if length == 1:  # softmax over one key: the output is that key's value
+            if length == 1 and not drop:  # softmax over one key: the output is that key's value (dropout drops it)
                 blocks.append(v_b.reshape(c, D))
                 continue
             q, k = qk_b.view(c, length, 2, H, Dh).permute(2, 0, 3, 1, 4)  # 2 x (c, H, l, Dh)
