@@ -2,8 +2,9 @@
 
 Every scheme with local models (hierarchical, space, entropy) and every option that changes the local
 side (pooling, conditioning, patch boundaries, hash n-grams), on a 3-layer-per-stack model with wide
-weights: loss, per-position logits and BPB equal at 1e-5 in fp32, gradients of every parameter equal,
-the weights of one layout load in the other, and greedy generation gives the same text.
+weights: in float64 logits, loss and every gradient equal at 1e-9; in fp32 loss and BPB equal at 1e-5
+and logits within the padded model's own rounding; the weights of one layout load in the other, and
+greedy generation gives the same text.
 """
 
 from __future__ import annotations
