@@ -2,8 +2,9 @@
 
 Every scheme with local models (hierarchical, space, entropy) and every option that changes the local
 side (pooling, conditioning, patch boundaries, hash n-grams), on a 3-layer-per-stack model with wide
-weights: loss, per-position logits and BPB equal at 1e-5 in fp32, gradients of every parameter equal,
-the weights of one layout load in the other, and greedy generation gives the same text.
+weights: in float64 logits, loss and every gradient equal at 1e-9; in fp32 loss and BPB equal at 1e-5
+and logits within the padded model's own rounding; the weights of one layout load in the other, and
+greedy generation gives the same text.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hbpe.schemas.train_config import model_config
 from hbpe.training.data.byte_patching import UNBOUNDED_SAFETY_LIMIT
 from hbpe.training.data.schemes import BytePatchScheme, build_scheme, vocabulary_bytes
 from hbpe.training.inference.generate import generate_batch
+from hbpe.training.model.layers import Attention
 from hbpe.training.model.packing import PatchPacking
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
 from hbpe.training.model.patch_lm import VocabSpec, build_model
@@ -189,3 +191,41 @@ def test_bf16_autocast_gives_the_padded_loss_to_bf16_precision(shard_rows):
     loss_p = float(cross_entropy_sum(lp, tp)) / int((tp != IGNORE).sum())
     loss_k = float(cross_entropy_sum(lk, tk)) / int((tk != IGNORE).sum())
     assert loss_k == pytest.approx(loss_p, rel=1e-2)
+
+
+def test_a_batch_with_no_real_target_gives_no_rows_as_the_padded_model_scores_none():
+    """Every predicted patch all PAD (N = 0 decoder rows): the padded model scores nothing (all IGNORE), the
+    packed one returns no rows; both train on it (loss 0) without an error."""
+    spec = VocabSpec(vocab_size=300, max_patch_size=6, n_vocab=1000)
+    patches = torch.full((2, 4, 6), PAD)
+    patches[:, 0, :3] = 5  # one real patch, read by the encoder; the three targets are all PAD
+    batch = {"patches": patches, "first_target": torch.ones(2, dtype=torch.long)}
+    for layout, rows in (("padded", 2 * 3 * 6), ("packed", 0)):
+        model = build_model(model_config("tiny", local_layout=layout), spec)
+        logits, targets = model(batch)
+        assert logits.shape == (rows, 300) and (targets == IGNORE).all(), layout
+        cross_entropy_sum(logits, targets).backward()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_dropout_reaches_one_symbol_patches_as_in_the_padded_model(causal):
+    """model.dropout drops attention weights; a 1-symbol patch's one weight too (the padded model's SDPA does):
+    in training each (patch, head) output is 0 or 1 / (1 - p) times its eval value, in both layouts."""
+    torch.manual_seed(0)
+    D, H, M = 8, 2, 64
+    real = torch.zeros(M, 3, dtype=torch.bool)
+    real[:, 0] = True  # every patch one symbol long
+    x = torch.randn(M, 3, D)
+    packing = PatchPacking.from_real(real)
+    runs = {
+        "padded": lambda a: a(x, causal=causal, key_mask=None if causal else real)[:, 0],
+        "packed": lambda a: a(x[:, 0], causal=causal, packing=packing),
+    }
+    for layout, run in runs.items():
+        attn = Attention(D, H, 10000.0, dropout=0.5)
+        with torch.no_grad():
+            attn.out.weight.copy_(torch.eye(D))  # the heads' outputs as they are
+        ratio = (run(attn.train()) / run(attn.eval())).view(M, H, D // H)
+        per_head = ratio[..., 0]  # (M, H): one attention weight per patch and head, kept or dropped
+        assert torch.allclose(ratio, per_head.unsqueeze(-1).expand_as(ratio)), layout
+        assert set(per_head.round(decimals=4).unique().tolist()) == {0.0, 2.0}, layout

@@ -123,3 +123,59 @@ def test_executed_flops_are_what_a_training_step_computes(io):
     # what the experiment runner sums batch by batch (experiments/compute.py executed_batch_flops)
     counted = HierarchicalComposerModel(model, max_patch_size=10).flops_per_batch(batch)
     assert counted == pytest.approx(matmuls + 3 * _attention(attn), rel=1e-12)
+
+
+def test_packed_executed_flops_count_each_patch_over_its_own_symbols():
+    """With PAD, the packed local models execute each patch over its real symbols only: position-wise work on
+    sum(l) rows and attention on sum(l^2) pairs, against torch's FlopCounterMode (the all-real batch above
+    cannot tell this from the padded layout's S and S^2). Lengths 2..S: a 1-symbol patch's attention is its v."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from hbpe.schemas.symbols import PAD
+    from hbpe.training.model.patch_lm import VocabSpec, build_model
+    from hbpe.training.train.composer_model import HierarchicalComposerModel
+
+    torch.manual_seed(0)
+    cfg = _cfg("hierarchical")
+    assert cfg.local_layout == "packed"
+    model = build_model(cfg, VocabSpec(vocab_size=300, max_patch_size=10, n_vocab=1000))
+    B, N, S = 2, 33, 10
+    lengths = torch.randint(2, S + 1, (B, N))
+    patches = torch.randint(0, 250, (B, N, S)).masked_fill(torch.arange(S) >= lengths[..., None], PAD)
+    batch = {"patches": patches}
+    with FlopCounterMode(display=False) as counter:
+        logits, _ = model(batch)
+        logits.float().sum().backward()
+    T, d, heads = N - 1, cfg.local_dim, cfg.local_heads
+    pairs = lambda ls: float((ls.double() ** 2).sum())  # noqa: E731
+    local = sum(
+        layers * (4 * pairs(ls) * d + 3 * heads * pairs(ls))
+        for layers, ls in ((cfg.encoder_layers, lengths[:, :-1]), (cfg.decoder_layers, lengths[:, 1:]))
+    )
+    latent = _attention([(cfg.latent_layers, B, T, cfg.latent_dim, cfg.latent_heads)])
+    counted = HierarchicalComposerModel(model, max_patch_size=10).flops_per_batch(batch)
+    assert counted == pytest.approx(counter.get_total_flops() + 3 * (latent + local), rel=1e-12)
+
+
+def test_packed_pad_flops_are_the_encoders_all_pad_patches_only():
+    """PAD the packed layout executes: one kept position per all-PAD patch the encoder reads, none in the
+    decoder; the padded layout runs all S positions of every patch."""
+    from hbpe.schemas.symbols import PAD
+    from hbpe.training.model.flops import local_train_flops, stack_flops
+
+    S, V = 4, 300
+    lengths = [3, 2, 0, 4]  # the encoder reads the first three (one all PAD), the decoder predicts the last three
+    patches = torch.tensor([[[7] * n + [PAD] * (S - n) for n in lengths]])  # (1, 4, S)
+    local = dict(ffn=MINI["local_ffn"], heads=MINI["local_heads"], mlp_mats=3)
+    enc = lambda n, p: stack_flops(n, p, MINI["local_dim"], MINI["encoder_layers"], **local)  # noqa: E731
+    dec = lambda n, p: stack_flops(n, p, MINI["local_dim"], MINI["decoder_layers"], V, **local)  # noqa: E731
+    useful = enc(5, 9 + 4) + dec(6, 4 + 16)
+    for layout in ("packed", "padded"):
+        cfg = ModelConfig.from_dict({**MINI, "io": "hierarchical", "local_layout": layout})
+        got = local_train_flops(cfg, patches, vocab_size=V)
+        if layout == "packed":  # the all-PAD patch keeps 1 position, 1 pair; the decoder runs its 6 real rows
+            assert got["pad"] == pytest.approx(3 * enc(1, 1), rel=1e-12)
+            assert got["executed"] == pytest.approx(3 * (enc(6, 14) + dec(6, 20)), rel=1e-12)
+        else:
+            assert got["executed"] == pytest.approx(3 * (enc(12, 48) + dec(12, 48)), rel=1e-12)
+        assert got["executed"] - got["pad"] == pytest.approx(3 * useful, rel=1e-12)

@@ -41,7 +41,8 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
 
 def rotate_rows(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     """`rope` of packed rows x (N, H, Dh) by their factors (N, 1, Dh/2) (PatchPacking.rotation): the same products."""
-    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))  # (N, H, Dh/2): x1 + i x2
+    # Dh // 2, not -1: with no rows (no real decoder target in the batch) -1 is ambiguous and reshape refuses
+    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], x.shape[-1] // 2, 2))  # (N, H, Dh/2): x1 + i x2
     return torch.view_as_real(pairs * rotation).flatten(-2).type_as(x)  # (N, H, Dh)
 
 
@@ -106,7 +107,8 @@ class Attention(nn.Module):
         The projections run on the N rows. The patches of one length are one contiguous block of rows, so
         q, k, v of a block are views (c, H, l, Dh) of the projection and one SDPA call per length needs no
         mask: every key in a block is real, and a causal model's queries see their own patch's earlier
-        symbols through SDPA's causal kernel. A 1-symbol patch attends only to itself: its output is its v.
+        symbols through SDPA's causal kernel. A 1-symbol patch attends only to itself: its output is its v
+        (in training with dropout its one weight is dropped as any other, so it goes through SDPA too).
         """
         N, D = x.shape
         H, Dh = self.heads, D // self.heads
@@ -118,7 +120,7 @@ class Attention(nn.Module):
         sizes = [c * length for _, c, length in packing.buckets]
         blocks = []
         for (_, c, length), qk_b, v_b in zip(packing.buckets, qk.split(sizes), v.split(sizes), strict=True):
-            if length == 1:  # softmax over one key: the output is that key's value
+            if length == 1 and not drop:  # softmax over one key: the output is that key's value (dropout drops it)
                 blocks.append(v_b.reshape(c, D))
                 continue
             q, k = qk_b.view(c, length, 2, H, Dh).permute(2, 0, 3, 1, 4)  # 2 x (c, H, l, Dh)
