@@ -35,7 +35,7 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
     inv = 1.0 / (theta ** (torch.arange(0, dh, 2, device=x.device, dtype=torch.float32) / dh))
     ang = positions.to(torch.float32)[:, None] * inv[None, :]  # (L, Dh/2)
     turn = torch.polar(torch.ones_like(ang), ang)  # (L, Dh/2) complex: cos + i sin
-    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))  # (B, H, L, Dh/2): x1 + i x2
+    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], dh // 2, 2))  # (B, H, L, Dh/2): x1 + i x2
     return torch.view_as_real(pairs * turn).flatten(-2).type_as(x)  # (B, H, L, Dh)
 
 
