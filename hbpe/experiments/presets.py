@@ -321,17 +321,17 @@ def lr_sweep_mini(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -
 
 # the rates lr-sweep-mini chose at the mini's width (x1), the centre of lr-sweep-width's sweep at every width
 SWEPT_IO_LR = {"bpe": 3e-3, "hierarchical": 1e-3}
-SWEPT_FLANKS = {"bpe": (1e-3, 1e-2), "hierarchical": (3e-4, 3e-3)}  # about 3x below and above each centre
+SWEPT_FLANKS = {"bpe": (3e-4, 1e-3, 1e-2), "hierarchical": (3e-4, 3e-3, 1e-2)}  # with the centre: 3e-4 to 1e-2 for both
 
 
 def lr_sweep_width(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
-    """ladder-width's learning rates tuned at each width: every model at its x1 rate and about 3x below and above.
+    """ladder-width's learning rates tuned at each width: every model at 3e-4, 1e-3, 3e-3 and 1e-2.
 
     The centre runs are ladder-width's own (same names, rate and budget: a copy of its seed-17 results is
-    recognised and not trained again); the flanks add BPE at 1e-3 and 1e-2 and BPE-patch at 3e-4 and 3e-3.
-    160 batches, 1 seed (`seeds=2` doubles it), 4 curve points. The table gives the best rate per model and
-    width and the gap between the tuned models at each width. Estimate: 16 new runs, about 65 minutes at two
-    experiments on the 2-core machine, two thirds of it the x4 BPE-patch runs.
+    recognised and not trained again); the others add BPE at 3e-4, 1e-3 and 1e-2 and BPE-patch at 3e-4, 3e-3
+    and 1e-2. 160 batches, 1 seed (`seeds=2` doubles it), 4 curve points. The table gives the best rate per
+    model and width and the gap between the tuned models at each width. Estimate: 24 new runs, about 90 minutes
+    at two experiments on the 2-core machine, two thirds of it the x4 BPE-patch runs.
     """
     fs = f"v{CROSSOVER_VOCAB}"
     runs: list[RunSpec] = []
