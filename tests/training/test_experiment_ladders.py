@@ -135,8 +135,8 @@ def test_the_width_sweep_reuses_ladder_widths_runs_at_their_rates():
     rates = {(r.model["io"], r.model["latent_dim"]): set() for r in sweep.runs}
     for r in sweep.runs:
         rates[(r.model["io"], r.model["latent_dim"])].add(sweep.run_lr(r))
-    for (io, _), lrs in rates.items():
-        assert sorted(lrs) == [0.0003, 0.001, 0.003, 0.01]
+    for key, lrs in rates.items():
+        assert sorted(lrs) == [0.0003, 0.001, 0.003, 0.01], key
 
 
 def test_the_width_sweep_tunes_each_width_and_compares_the_tuned_models(corpus, tmp_path):
