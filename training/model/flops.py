@@ -140,7 +140,9 @@ def local_train_flops(cfg: ModelConfig, patches: Tensor, *, vocab_size: int) -> 
         M = float(real.numel())
         useful += stack_flops(float(real.sum()), float((real * real).sum()), cfg.local_dim, layers, vocab, **local)
         if cfg.local_layout == "packed":  # each patch attends within itself, over its kept positions
-            executed += stack_flops(float(kept.sum()), float((kept * kept).sum()), cfg.local_dim, layers, vocab, **local)
+            executed += stack_flops(
+                float(kept.sum()), float((kept * kept).sum()), cfg.local_dim, layers, vocab, **local
+            )
         else:
             executed += stack_flops(M * S, M * S * S, cfg.local_dim, layers, vocab, **local)
     return {"executed": 3.0 * executed, "pad": 3.0 * (executed - useful)}

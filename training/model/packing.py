@@ -89,7 +89,9 @@ class PatchPacking:
         packing and shared by every layer of the stack (layers.rotate_rows)."""
         key = (head_dim, theta)
         if key not in self._rotations:
-            inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=self.col.device, dtype=torch.float32) / head_dim))
+            inv = 1.0 / (
+                theta ** (torch.arange(0, head_dim, 2, device=self.col.device, dtype=torch.float32) / head_dim)
+            )
             ang = self.col.index_select(0, self.order).to(torch.float32)[:, None] * inv[None, :]  # (N, Dh/2)
             self._rotations[key] = torch.polar(torch.ones_like(ang), ang).unsqueeze(1)  # (N, 1, Dh/2)
         return self._rotations[key]
