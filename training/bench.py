@@ -73,9 +73,15 @@ def bench_train_side_by_side(variants: dict[str, TrainConfig], *, batches: int, 
     for name, rs in runs.items():
         med = {k: statistics.median(r[k] for r in rs) for k in keys}
         out[name] = {**rs[0], **med, "bytes_per_sec_all": [r["bytes_per_sec"] for r in rs]}
-    first = next(iter(out.values()))
-    for r in out.values():
+    first_name = next(iter(out))
+    first = out[first_name]
+    for name, r in out.items():
         r["bytes_per_sec_ratio"] = r["bytes_per_sec"] / first["bytes_per_sec"]
+        # each round's ratio to the first variant's rate in the same round, then their median: a pairing that a
+        # drift of the machine's load between rounds moves less than it moves the ratio of the two medians
+        r["bytes_per_sec_round_ratio"] = statistics.median(
+            a["bytes_per_sec"] / b["bytes_per_sec"] for a, b in zip(runs[name], runs[first_name], strict=True)
+        )
         r["memory_ratio"] = r["peak_memory_bytes"] / max(first["peak_memory_bytes"], 1)
     load = _load_average()
     return {"variants": out, "repeat": repeat, "batches": batches, "threads": torch.get_num_threads(), "load": load}

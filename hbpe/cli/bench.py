@@ -223,8 +223,9 @@ def bench_train_cmd(
     """Training bytes/s and patches/s (and MFU on a GPU) for CONFIG (a path or tiny/small/medium) with overrides.
 
     With --compare, each named variant trains in turn in this one process, `--repeat` rounds interleaved,
-    and the medians are printed with ratios to the first: bytes of text per second, executed and paper-count
-    FLOPs per byte (and their ratio), executed FLOPs per second, the PAD share of executed FLOPs, peak memory.
+    and the medians are printed with ratios to the first: bytes of text per second (the ratio of the medians,
+    and /round: the median of each round's ratio), executed and paper-count FLOPs per byte (and their ratio),
+    executed FLOPs per second, the PAD share of executed FLOPs, peak memory.
 
     \b
     Examples:
@@ -256,12 +257,13 @@ def bench_train_cmd(
 def _render_side_by_side(r: dict[str, Any]) -> str:
     lines = [
         f"{r['batches']} batches x {r['repeat']} rounds, {r['threads']} torch threads, load {r['load']} (medians):",
-        f"{'model':<12} {'params':>7} {'KB/s':>7} {'ratio':>6} {'MFLOP/B':>8} {'paper':>8} {'x':>5} {'GFLOP/s':>8} "
-        f"{'PAD':>5} {'peak MB':>8} {'ratio':>6}  KB/s of each round",
+        f"{'model':<12} {'params':>7} {'KB/s':>7} {'ratio':>6} {'/round':>6} {'MFLOP/B':>8} {'paper':>8} {'x':>5} "
+        f"{'GFLOP/s':>8} {'PAD':>5} {'peak MB':>8} {'ratio':>6}  KB/s of each round",
     ]
     for name, v in r["variants"].items():
         lines.append(
             f"{name:<12} {v['params'] / 1e6:>6.2f}M {v['bytes_per_sec'] / 1e3:>7.1f} {v['bytes_per_sec_ratio']:>6.2f} "
+            f"{v['bytes_per_sec_round_ratio']:>6.2f} "
             f"{v['executed_flops_per_byte'] / 1e6:>8.3f} {v['paper_flops_per_byte'] / 1e6:>8.3f} "
             f"{v['executed_flops_per_byte'] / v['paper_flops_per_byte']:>5.2f} {v['executed_flops_per_sec'] / 1e9:>8.2f} "
             f"{v['pad_share']:>5.1%} {v['peak_memory_bytes'] / 2**20:>8.1f} {v['memory_ratio']:>6.2f}  "
