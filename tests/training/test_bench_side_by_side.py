@@ -12,7 +12,7 @@ from hbpe.cli import main
 
 
 def test_packed_and_padded_side_by_side_report_what_each_ran(sample_shards):
-    args = ["bench", "train", "tiny", f"data.train={sample_shards[0]}", "model.encoder_layers=2",
+    args = ["bench", "train", "tiny", f"data.train={sample_shards[0]}", f"data.eval={sample_shards[1]}", "model.encoder_layers=2",
             "model.decoder_layers=2", "--batches", "3", "--repeat", "2", "--compare", "packed",
             "--compare", "padded model.local_layout=padded", "--json"]  # fmt: skip
     res = CliRunner().invoke(main, args)
@@ -32,7 +32,7 @@ def test_packed_and_padded_side_by_side_report_what_each_ran(sample_shards):
 
 
 def test_a_compare_without_a_name_is_refused_in_one_line(sample_shards):
-    res = CliRunner().invoke(main, ["bench", "train", "tiny", f"data.train={sample_shards[0]}", "--batches", "2",
+    res = CliRunner().invoke(main, ["bench", "train", "tiny", f"data.train={sample_shards[0]}", "data.eval=null", "--batches", "2",
                                     "--compare", "model.local_layout=padded"])  # fmt: skip
     assert res.exit_code == 2 and "each --compare starts with a new name" in res.output
     assert "Traceback" not in res.output
