@@ -133,6 +133,10 @@ def write_summary(folders: list[Path], out: Path) -> dict[str, Any]:
     if not rungs:
         raise ConfigError("none of these experiments has ladder pairs; pass the folders of ladder-* or lr-sweep-width")
     out.mkdir(parents=True, exist_ok=True)
+    for name in (RUNGS_FILE, PLOT_FILE):  # written in place: never through a link, never over a folder or device
+        target = out / name
+        if target.is_symlink() or (target.exists() and not target.is_file()):
+            raise ConfigError(f"{target} is a link or not a regular file; move it away or pass another --out")
     table = rungs_table(rungs)
     (out / RUNGS_FILE).write_text(table)
     _plot(rungs, out / PLOT_FILE)

@@ -76,3 +76,12 @@ def test_the_cli_writes_the_summary_and_refuses_no_folders(tmp_path):
     res = CliRunner().invoke(main, ["experiment", "summary", str(tmp_path / "missing")])
     assert res.exit_code != 0 and "no results.json of a finished experiment" in res.output
     assert "Traceback" not in res.output
+
+
+def test_the_summary_never_writes_through_a_link(tmp_path):
+    (tmp_path / "victim.md").write_text("keep")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "rungs.md").symlink_to(tmp_path / "victim.md")
+    with pytest.raises(ConfigError, match="is a link or not a regular file"):
+        write_summary(LADDERS, tmp_path / "out")
+    assert (tmp_path / "victim.md").read_text() == "keep"
