@@ -11,7 +11,8 @@ endif
 
 .PHONY: demo test test-fast lint install clean api-docs
 
-$(STAMP): pyproject.toml constraints.txt setup.py pipeline/tokenizer/second_stage/_merge_core.c
+$(STAMP): pyproject.toml constraints.txt setup.py pipeline/tokenizer/second_stage/_merge_core.c \
+		training/model/_patch_attention.c training/model/_patch_attention_impl.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip "setuptools>=77"
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,eval,loggers,dask]"

@@ -30,6 +30,9 @@ from hbpe.schemas.schemes import scheme_names
 
 # model.local_layout (training/model/packing.py): the real positions of each patch only, or all S of them
 LOCAL_LAYOUTS = ("packed", "padded")
+# model.packed_attention (training/model/patch_attention.py): the native per-patch kernel where it applies, or
+# always the torch path's length blocks (for measuring one against the other)
+PACKED_ATTENTION = ("auto", "blocks")
 PATCH_BOUNDARIES = ("eop", "given")  # model.patch_boundaries of the space and entropy baselines
 MAX_HASH_BUCKETS = 1 << 24  # rows per n-gram table (BLT's 500K is far below): an untrusted config asks no more
 
@@ -277,6 +280,9 @@ class ModelConfig(_Section):
     # the local models' positions (training/model/packing.py): "packed" computes the real symbols of each patch
     # only; "padded" all S of every patch, PAD included (the paper's layout; the same function and weights)
     local_layout: str = "packed"
+    # how packed local models attend within a patch: "auto" runs the native kernel on CPU in float32/64 (the
+    # same function, fewer steps), "blocks" always the torch path (one SDPA call per patch length)
+    packed_attention: str = "auto"
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -296,6 +302,7 @@ class ModelConfig(_Section):
         _check_choice("model.conditioning", self.conditioning, ("prefix", "add"))
         _check_choice("model.io", self.io, scheme_names())  # the registered schemes (training/schemes/)
         _check_choice("model.local_layout", self.local_layout, LOCAL_LAYOUTS)
+        _check_choice("model.packed_attention", self.packed_attention, PACKED_ATTENTION)
         if self.io == "entropy":
             p = self.patching
             if not p.entropy_model:

@@ -73,6 +73,7 @@ def test_the_wheel_holds_every_package_and_runs_the_demo_anywhere(tmp_path):
     assert _packages_in_tree() <= in_wheel, sorted(_packages_in_tree() - in_wheel)
     assert {"hbpe/training/configs/tiny.yaml", "hbpe/sample/en-sotu-sample.jsonl.zst", "hbpe/py.typed"} <= set(names)
     assert any(n.startswith("hbpe/pipeline/tokenizer/second_stage/_merge_core") for n in names)
+    assert any(n.startswith("hbpe/training/model/_patch_attention") for n in names)
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

@@ -24,6 +24,7 @@ from hbpe.schemas.train_config import model_config
 from hbpe.training.data.byte_patching import UNBOUNDED_SAFETY_LIMIT
 from hbpe.training.data.schemes import BytePatchScheme, build_scheme, vocabulary_bytes
 from hbpe.training.inference.generate import generate_batch
+from hbpe.training.model import layers, patch_attention
 from hbpe.training.model.layers import Attention
 from hbpe.training.model.packing import PatchPacking
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
@@ -55,11 +56,11 @@ def shard_rows(sample_shards):
     return d.tokenizer, np.stack(rows)
 
 
-def _cfg(case: str, layout: str):
+def _cfg(case: str, layout: str, attention: str = "auto"):
     extra = dict(CASES[case])
     if extra["io"] == "entropy":
         extra.update(entropy_model="unused.pt", entropy_threshold=2.0)
-    return model_config("tiny", **DEEP, **extra, local_layout=layout)
+    return model_config("tiny", **DEEP, **extra, local_layout=layout, packed_attention=attention)
 
 
 def _batch(cfg, tok, rows) -> dict[str, torch.Tensor]:
@@ -85,10 +86,10 @@ def _wide(model, seed: int = 3):
     return model
 
 
-def _pair(case: str, tok):
+def _pair(case: str, tok, attention: str = "auto"):
     spec = VocabSpec.from_tokenizer(tok)
     padded = _wide(build_model(_cfg(case, "padded"), spec))
-    packed = build_model(_cfg(case, "packed"), spec)
+    packed = build_model(_cfg(case, "packed", attention), spec)
     packed.load_state_dict(padded.state_dict())  # one layout's weights load in the other
     return padded, packed
 
@@ -107,14 +108,19 @@ def _forward_backward(model, batch):
     return logits.detach(), targets, float(nll) / count, grads
 
 
+@pytest.mark.parametrize("attention", ["auto", "blocks"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_packed_equals_padded_loss_logits_bpb_and_gradients(shard_rows, case):
+def test_packed_equals_padded_loss_logits_bpb_and_gradients(shard_rows, case, attention, monkeypatch):
     """The same function: in float64 the two layouts agree to 1e-9 (logits, loss, every gradient); in fp32
     the loss and BPB agree to 1e-5 and each position's logits are as close to the float64 values as the
     padded model's own are (the packed model attends over each patch's exact length, so its fp32 sums
-    round differently: both are ~1e-3 from exact at these wide weights, where logits reach ~10)."""
+    round differently: both are ~1e-3 from exact at these wide weights, where logits reach ~10).
+    Both packed attentions: the native kernel (auto, on CPU) and the torch path's length blocks (GPU's)."""
+    native_calls = []
+    real_kernel = layers.patch_attention
+    monkeypatch.setattr(layers, "patch_attention", lambda *a, **k: native_calls.append(1) or real_kernel(*a, **k))
     tok, rows = shard_rows
-    padded, packed = _pair(case, tok)
+    padded, packed = _pair(case, tok, attention)
     batch = _batch(padded.cfg, tok, rows)
     assert (batch["patches"] == PAD).float().mean() > 0.2  # the case has PAD to skip
     slots = packed.io.decoded_slots(batch)
@@ -145,6 +151,8 @@ def test_packed_equals_padded_loss_logits_bpb_and_gradients(shard_rows, case):
     for name, gp in grads_p.items():  # fp32 sums over thousands of positions in another order
         scale = gp.abs().max().clamp_min(1e-12)
         assert float((gp - grads_k[name]).abs().max() / scale) < 1e-3, name
+    native_built = patch_attention._patch_attention is not None
+    assert bool(native_calls) == (attention == "auto" and native_built)  # the path named is the one tested
 
 
 @pytest.mark.parametrize("case", ["hierarchical-mean-prefix", "hierarchical-eop-add"])

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hbpe.training.model.packing import PatchPacking
+from hbpe.training.model.patch_attention import native_applies, patch_attention
 
 
 class RMSNorm(nn.Module):
@@ -24,6 +25,12 @@ class RMSNorm(nn.Module):
         return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
 
+def _rope_precision(x: torch.Tensor) -> torch.Tensor:
+    """RoPE's products run in fp32 at least: bf16/fp16 rise to fp32, fp64 stays fp64 (the native packed kernel
+    and kv_decode's tables rotate fp64 rows in fp64 too; the factors are fp32 values in every case)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
     """Rotary embedding of x (B, H, L, Dh) at integer positions (L,).
 
@@ -35,14 +42,14 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
     inv = 1.0 / (theta ** (torch.arange(0, dh, 2, device=x.device, dtype=torch.float32) / dh))
     ang = positions.to(torch.float32)[:, None] * inv[None, :]  # (L, Dh/2)
     turn = torch.polar(torch.ones_like(ang), ang)  # (L, Dh/2) complex: cos + i sin
-    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], dh // 2, 2))  # (B, H, L, Dh/2): x1 + i x2
+    pairs = torch.view_as_complex(_rope_precision(x).reshape(*x.shape[:-1], dh // 2, 2))  # (B, H, L, Dh/2): x1 + i x2
     return torch.view_as_real(pairs * turn).flatten(-2).type_as(x)  # (B, H, L, Dh)
 
 
 def rotate_rows(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     """`rope` of packed rows x (N, H, Dh) by their factors (N, 1, Dh/2) (PatchPacking.rotation): the same products."""
     # Dh // 2, not -1: with no rows (no real decoder target in the batch) -1 is ambiguous and reshape refuses
-    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], x.shape[-1] // 2, 2))  # (N, H, Dh/2): x1 + i x2
+    pairs = torch.view_as_complex(_rope_precision(x).reshape(*x.shape[:-1], x.shape[-1] // 2, 2))  # (N, H, Dh/2)
     return torch.view_as_real(pairs * rotation).flatten(-2).type_as(x)  # (N, H, Dh)
 
 
@@ -77,7 +84,11 @@ class Attention(nn.Module):
         cache: KVCache | None = None,
         layer: int = 0,
         packing: PatchPacking | None = None,
+        native: bool = False,
     ) -> torch.Tensor:
+        if packing is not None and native:  # rows in row-major order, one kernel call (patch_attention.py)
+            y = patch_attention(self.qkv(x), packing, heads=self.heads, theta=self.theta, causal=causal)
+            return self.out(y)
         if packing is not None:
             return self._packed(x, packing, causal=causal)
         B, L, D = x.shape
@@ -160,16 +171,27 @@ class Block(nn.Module):
         cache: KVCache | None = None,
         layer: int = 0,
         packing: PatchPacking | None = None,
+        native: bool = False,
     ) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), causal=causal, key_mask=key_mask, cache=cache, layer=layer, packing=packing)
+        h = self.norm1(x)
+        x = x + self.attn(h, causal=causal, key_mask=key_mask, cache=cache, layer=layer, packing=packing, native=native)
         return x + self.mlp(self.norm2(x))
 
 
 class Transformer(nn.Module):
     def __init__(
-        self, *, layers: int, dim: int, ffn: int, heads: int, theta: float = 10000.0, dropout: float = 0.0
+        self,
+        *,
+        layers: int,
+        dim: int,
+        ffn: int,
+        heads: int,
+        theta: float = 10000.0,
+        dropout: float = 0.0,
+        packed_attention: str = "auto",
     ) -> None:
         super().__init__()
+        self.dropout, self.packed_attention = dropout, packed_attention
         self.blocks = nn.ModuleList(Block(dim, ffn, heads, theta, dropout) for _ in range(layers))
         self.norm = RMSNorm(dim)
 
@@ -183,12 +205,16 @@ class Transformer(nn.Module):
         packing: PatchPacking | None = None,
     ) -> torch.Tensor:
         """x (B, L, D), or with `packing` the real positions of M patches as rows (N, D) (training/model/packing.py)."""
-        if packing is not None:  # the blocks run on length-ordered rows; row-major order in and out
+        native = packing is not None and native_applies(
+            x, choice=self.packed_attention, dropout=self.dropout if self.training else 0.0
+        )
+        blocks = packing is not None and not native
+        if blocks:  # the torch path's blocks run on length-ordered rows; row-major order in and out
             x = x.index_select(0, packing.order)
         for i, block in enumerate(self.blocks):
-            x = block(x, causal=causal, key_mask=key_mask, cache=cache, layer=i, packing=packing)
+            x = block(x, causal=causal, key_mask=key_mask, cache=cache, layer=i, packing=packing, native=native)
         if cache is not None:
             cache.length += x.shape[1]  # every layer of this pass used the same start position
-        if packing is not None:
+        if blocks:
             x = x.index_select(0, packing.inverse)
         return self.norm(x)

@@ -30,6 +30,7 @@ def _local_transformer(cfg: ModelConfig, layers: int) -> Transformer:
         heads=cfg.local_heads,
         theta=cfg.rope_theta,
         dropout=cfg.dropout,
+        packed_attention=cfg.packed_attention,
     )
 
 

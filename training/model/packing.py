@@ -96,6 +96,20 @@ class PatchPacking:
             self._rotations[key] = torch.polar(torch.ones_like(ang), ang).unsqueeze(1)  # (N, 1, Dh/2)
         return self._rotations[key]
 
+    def rotation_table(self, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE's factors as two tables (L, Dh/2), cos and sin at slots 0..L-1 (L: the longest patch), for the
+        native kernel (patch_attention.py): the values of `rotation`, computed once per packing."""
+        key = ("table", head_dim, theta, dtype)
+        if key not in self._rotations:
+            longest = int(self.counts.max()) if self.counts.numel() else 0
+            inv = 1.0 / (
+                theta ** (torch.arange(0, head_dim, 2, device=self.col.device, dtype=torch.float32) / head_dim)
+            )
+            ang = torch.arange(longest, device=self.col.device).to(torch.float32)[:, None] * inv[None, :]
+            turn = torch.polar(torch.ones_like(ang), ang)  # (L, Dh/2)
+            self._rotations[key] = (turn.real.to(dtype).contiguous(), turn.imag.to(dtype).contiguous())
+        return self._rotations[key]
+
     def attention_pairs(self) -> int:
         """Query-key pairs the packed attention computes: sum over patches of length^2 (no PAD)."""
         return int((self.counts * self.counts).sum())

@@ -1,0 +1,195 @@
+"""The native per-patch attention (training/model/_patch_attention.c) computes the torch path's function.
+
+The torch path (layers.Attention._packed: length blocks, SDPA, RoPE as a complex product) is the
+reference: the kernel's output and its gradient with respect to the fused qkv projection agree with
+it to float64 rounding, over patches of every length from 1 to past S, causal and bidirectional.
+Whole models are held to the padded layout in test_packed_local.py with the kernel on and off.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.train_config import model_config
+from hbpe.training.model import patch_attention as pa
+from hbpe.training.model.layers import Attention
+from hbpe.training.model.packing import PatchPacking
+
+pytestmark = pytest.mark.skipif(pa._patch_attention is None, reason="the C extension is not built")
+
+LENGTHS = [1, 3, 1, 7, 2, 17, 5, 1, 10, 4, 4, 9, 6, 2]  # 1 to past S = 10, in no order
+
+
+def _packing(lengths: list[int]) -> PatchPacking:
+    real = torch.zeros(len(lengths), max(lengths), dtype=torch.bool)
+    for m, n in enumerate(lengths):
+        real[m, :n] = True
+    return PatchPacking.from_real(real)
+
+
+def _both(dtype: torch.dtype, causal: bool, *, heads: int = 4, dim: int = 32, seed: int = 0):
+    """The same Attention layer on the same rows, through the kernel and through the torch path:
+    outputs, the rows' gradients and the qkv weight's gradient of each."""
+    torch.manual_seed(seed)
+    packing = _packing(LENGTHS)
+    attn = Attention(dim, heads, 10000.0, dropout=0.0).double()
+    with torch.no_grad():  # scores far from uniform: softmax weights near 0 and 1 are exercised
+        attn.qkv.weight.mul_(40.0)
+    attn = attn.to(dtype)  # the same values in either precision: drawn in float64, then rounded
+    x = torch.randn(packing.size, dim, dtype=torch.float64).to(dtype)
+    g = torch.randn(packing.size, dim, dtype=torch.float64).to(dtype)
+    out = {}
+    for native in (True, False):
+        rows = x.clone().requires_grad_()
+        attn.zero_grad()
+        if native:
+            y = attn(rows, causal=causal, packing=packing, native=True)
+        else:  # the torch path reads rows in length order and writes them so
+            y = attn(rows.index_select(0, packing.order), causal=causal, packing=packing)
+            y = y.index_select(0, packing.inverse)
+        y.backward(g)
+        out[native] = (y.detach(), rows.grad, attn.qkv.weight.grad.clone(), attn.out.weight.grad.clone())
+    return out[True], out[False]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_kernel_is_the_torch_paths_function_in_float64(causal):
+    native, torch_path = _both(torch.float64, causal)
+    for a, b, what in zip(native, torch_path, ("output", "rows' grad", "qkv grad", "out grad"), strict=True):
+        scale = b.abs().max()
+        assert float((a - b).abs().max() / scale) < 1e-12, what
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_in_float32_the_kernel_rounds_as_closely_as_sdpa(causal):
+    """fp32: both within a few ulps of the float64 function; neither is the exact reference."""
+    exact, _ = _both(torch.float64, causal)
+    native, torch_path = _both(torch.float32, causal)
+    for i, what in enumerate(("output", "rows' grad", "qkv grad")):
+        scale = exact[i].abs().max()
+        err_native = float((native[i].double() - exact[i]).abs().max() / scale)
+        err_torch = float((torch_path[i].double() - exact[i]).abs().max() / scale)
+        assert err_native < 1e-3 and err_native <= 2 * err_torch + 1e-6, (what, err_native, err_torch)
+
+
+def test_gradcheck_of_the_kernel_alone():
+    """The backward against finite differences of the forward, in float64, RoPE and the causal mask included."""
+    packing = _packing([1, 4, 2, 6])
+    torch.manual_seed(1)
+    qkv = torch.randn(packing.size, 3 * 8, dtype=torch.float64, requires_grad=True)
+    for causal in (False, True):
+        assert torch.autograd.gradcheck(
+            lambda t, c=causal: pa.patch_attention(t, packing, heads=2, theta=10000.0, causal=c), (qkv,)
+        )
+
+
+def test_a_one_symbol_patch_gets_its_value_exactly():
+    packing = _packing([1, 1, 3])
+    qkv = torch.randn(packing.size, 3 * 8)
+    y = pa.patch_attention(qkv, packing, heads=2, theta=10000.0, causal=False)
+    assert torch.equal(y[:2], qkv[:2, 16:])  # softmax over one key is 1: y is v, bit for bit
+
+
+def test_no_rows_at_all():
+    packing = PatchPacking.from_real(torch.zeros(3, 4, dtype=torch.bool))
+    qkv = torch.zeros(0, 24, requires_grad=True)
+    y = pa.patch_attention(qkv, packing, heads=2, theta=10000.0, causal=True)
+    y.sum().backward()
+    assert y.shape == (0, 8) and qkv.grad.shape == (0, 24)
+
+
+def _call(qkv, lens, cos, sin, y, lse, heads=2, head_dim=4, itemsize=4):
+    pa._patch_attention.forward(
+        *(t.numpy() if isinstance(t, torch.Tensor) else t for t in (qkv, lens, cos, sin, y, lse)),
+        heads,
+        head_dim,
+        False,
+        0.5,
+        itemsize,
+    )
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(lens=torch.tensor([2, 2], dtype=torch.int64)), "sum to 4"),
+        (dict(lens=torch.tensor([-1, 4], dtype=torch.int64)), "length -1"),
+        (dict(lens=torch.tensor([1, 1, 1], dtype=torch.int32)), "lens not int64"),
+        (dict(cos=torch.zeros(1, 2), sin=torch.zeros(1, 2)), "short of 2 slots"),
+        (dict(y=torch.zeros(2, 8)), "y holds"),
+        (dict(itemsize=8), "whole rows|holds"),
+        (dict(head_dim=3), "even head_dim"),
+        (dict(qkv=torch.zeros(3, 23)), "whole rows"),
+    ],
+)
+def test_a_wrong_call_is_refused_before_any_read(bad, message):
+    """The C code checks every length and size against the buffers it is given: ValueError, never a read
+    past a buffer (the Python wrapper always passes consistent ones; this holds it to that contract)."""
+    args = dict(
+        qkv=torch.zeros(3, 24),
+        lens=torch.tensor([1, 2], dtype=torch.int64),
+        cos=torch.zeros(3, 2),
+        sin=torch.zeros(3, 2),
+        y=torch.zeros(3, 8),
+        lse=torch.zeros(3, 2),
+    )
+    args.update(bad)
+    with pytest.raises(ValueError, match=message):
+        _call(**args)
+
+
+def test_where_the_kernel_runs():
+    x32 = torch.zeros(4, 8)
+    assert pa.native_applies(x32, choice="auto", dropout=0.0)
+    assert pa.native_applies(x32.double(), choice="auto", dropout=0.0)
+    assert not pa.native_applies(x32, choice="blocks", dropout=0.0)  # asked for the torch path
+    assert not pa.native_applies(x32, choice="auto", dropout=0.1)  # attention dropout: SDPA's
+    assert not pa.native_applies(x32.bfloat16(), choice="auto", dropout=0.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not pa.native_applies(x32, choice="auto", dropout=0.0)  # the projections are bf16 under autocast
+    with pytest.raises(ConfigError, match="model.packed_attention"):
+        model_config("tiny", packed_attention="fast")
+
+
+def test_the_kernel_is_deterministic():
+    a, b = _both(torch.float32, True), _both(torch.float32, True)
+    for x, y in zip(a[0], b[0], strict=True):
+        assert np.array_equal(x.numpy(), y.numpy())
+
+
+class _Counted:
+    """The C module with its forward calls counted."""
+
+    def __init__(self, native) -> None:
+        self.native, self.forwards = native, 0
+
+    def forward(self, *args) -> None:
+        self.forwards += 1
+        self.native.forward(*args)
+
+    def backward(self, *args) -> None:
+        self.native.backward(*args)
+
+
+def test_split_over_threads_gives_the_same_bits(monkeypatch):
+    """With several torch threads the patches are cut into runs, one per thread; each patch is still computed
+    whole by one call, so outputs and gradients are bit for bit those of one thread."""
+    packing = _packing(LENGTHS * 5)
+    torch.manual_seed(2)
+    qkv, g = torch.randn(packing.size, 3 * 8), torch.randn(packing.size, 8)
+    monkeypatch.setattr(pa, "ROWS_PER_THREAD", 16)
+    runs = {}
+    for threads in (1, 3):
+        counted = _Counted(pa._patch_attention)
+        monkeypatch.setattr(pa, "_patch_attention", counted)
+        monkeypatch.setattr(torch, "get_num_threads", lambda t=threads: t)
+        t = qkv.clone().requires_grad_()
+        y = pa.patch_attention(t, packing, heads=2, theta=10000.0, causal=True)
+        y.backward(g)
+        runs[threads] = (y.detach(), t.grad, counted.forwards)
+        monkeypatch.setattr(pa, "_patch_attention", counted.native)
+    assert runs[1][2] == 1 and runs[3][2] == 3  # one call with one thread, three runs with three
+    assert torch.equal(runs[1][0], runs[3][0]) and torch.equal(runs[1][1], runs[3][1])
