@@ -101,9 +101,9 @@ def test_no_rows_at_all():
     assert y.shape == (0, 8) and qkv.grad.shape == (0, 24)
 
 
-def _call(qkv, lens, cos, sin, y, lse, heads=2, head_dim=4, itemsize=4):
+def _call(qkv, lens, cos, sin, y, probs, heads=2, head_dim=4, itemsize=4):
     pa._patch_attention.forward(
-        *(t.numpy() if isinstance(t, torch.Tensor) else t for t in (qkv, lens, cos, sin, y, lse)),
+        *(t.numpy() if isinstance(t, torch.Tensor) else t for t in (qkv, lens, cos, sin, y, probs)),
         heads,
         head_dim,
         False,
@@ -120,6 +120,7 @@ def _call(qkv, lens, cos, sin, y, lse, heads=2, head_dim=4, itemsize=4):
         (dict(lens=torch.tensor([1, 1, 1], dtype=torch.int32)), "lens not int64"),
         (dict(cos=torch.zeros(1, 2), sin=torch.zeros(1, 2)), "short of 2 slots"),
         (dict(y=torch.zeros(2, 8)), "y holds"),
+        (dict(probs=torch.zeros(9)), "probs holds"),
         (dict(itemsize=8), "whole rows|holds"),
         (dict(head_dim=3), "even head_dim"),
         (dict(qkv=torch.zeros(3, 23)), "whole rows"),
@@ -134,7 +135,7 @@ def test_a_wrong_call_is_refused_before_any_read(bad, message):
         cos=torch.zeros(3, 2),
         sin=torch.zeros(3, 2),
         y=torch.zeros(3, 8),
-        lse=torch.zeros(3, 2),
+        probs=torch.zeros(2 * (1 + 4)),
     )
     args.update(bad)
     with pytest.raises(ValueError, match=message):

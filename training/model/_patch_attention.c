@@ -12,7 +12,7 @@
  *   lens  (M,) int64     patch m's rows are the lens[m] rows after those of patches < m; sum = N
  *   cos, sin (L, Dh/2)   RoPE's factors at slots 0..L-1, L >= the longest patch
  *   y     (N, H, Dh)     softmax(q k^T * scale) v of each head, causal or over the whole patch
- *   lse   (N, H)         log-sum-exp of each query's scaled scores: the backward recomputes the weights
+ *   probs (P,)           the softmax weights, patch by patch (H, len, len) each: P = H * sum len^2
  *   dqkv  (N, 3, H, Dh)  the gradient of the loss with respect to qkv (RoPE's rotation undone)
  *
  * The computation releases the GIL. It is single-threaded: at the local models' sizes it is a few
@@ -53,9 +53,11 @@ static int check_len(const Py_buffer *b, Py_ssize_t want, const char *what) {
     return 0;
 }
 
-/* The shapes shared by both directions: N rows, M patches, the longest patch; -1 with an error set. */
+/* The shapes shared by both directions: N rows, M patches, the longest patch and the weights' length
+ * heads * sum len^2; -1 with an error set. */
 static int check_shapes(const Py_buffer *qkv, const Py_buffer *lens, const Py_buffer *cosv, const Py_buffer *sinv,
-                        int heads, int head_dim, int itemsize, int64_t *N, int64_t *M, int64_t *longest) {
+                        int heads, int head_dim, int itemsize, int64_t *N, int64_t *M, int64_t *longest,
+                        int64_t *pairs) {
     if (itemsize != 4 && itemsize != 8) {
         PyErr_Format(PyExc_ValueError, "itemsize must be 4 (float32) or 8 (float64), got %d", itemsize);
         return -1;
@@ -72,13 +74,14 @@ static int check_shapes(const Py_buffer *qkv, const Py_buffer *lens, const Py_bu
     *N = qkv->len / row;
     *M = lens->len / (Py_ssize_t)sizeof(int64_t);
     const int64_t *l = (const int64_t *)lens->buf;
-    int64_t total = 0, top = 0;
+    int64_t total = 0, top = 0, squares = 0;
     for (int64_t m = 0; m < *M; m++) {
         if (l[m] < 0 || l[m] > *N) {
             PyErr_Format(PyExc_ValueError, "patch %lld has length %lld", (long long)m, (long long)l[m]);
             return -1;
         }
         total += l[m];
+        squares += l[m] * l[m];
         if (l[m] > top) top = l[m];
     }
     if (total != *N) {
@@ -93,23 +96,24 @@ static int check_shapes(const Py_buffer *qkv, const Py_buffer *lens, const Py_bu
         return -1;
     }
     *longest = top;
+    *pairs = squares * heads;
     return 0;
 }
 
 static PyObject *forward(PyObject *self, PyObject *args) {
-    Py_buffer qkv, lens, cosv, sinv, y, lse;
+    Py_buffer qkv, lens, cosv, sinv, y, probs;
     int heads, head_dim, causal, itemsize;
     double scale;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*iipdi", &qkv, &lens, &cosv, &sinv, &y, &lse, &heads, &head_dim,
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*iipdi", &qkv, &lens, &cosv, &sinv, &y, &probs, &heads, &head_dim,
                           &causal, &scale, &itemsize))
         return NULL;
     PyObject *result = NULL;
     void *scratch = NULL;
-    int64_t N, M, longest;
-    if (check_shapes(&qkv, &lens, &cosv, &sinv, heads, head_dim, itemsize, &N, &M, &longest) ||
-        check_len(&y, N * heads * head_dim * itemsize, "y") || check_len(&lse, N * heads * itemsize, "lse"))
+    int64_t N, M, longest, pairs;
+    if (check_shapes(&qkv, &lens, &cosv, &sinv, heads, head_dim, itemsize, &N, &M, &longest, &pairs) ||
+        check_len(&y, N * heads * head_dim * itemsize, "y") || check_len(&probs, pairs * itemsize, "probs"))
         goto done;
-    scratch = malloc((size_t)((2 * longest * head_dim + longest + 1) * itemsize));
+    scratch = malloc((size_t)((2 * longest * head_dim + 1) * itemsize));
     if (!scratch) {
         PyErr_NoMemory();
         goto done;
@@ -117,10 +121,10 @@ static PyObject *forward(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS;
     if (itemsize == 4)
         forward_f32(qkv.buf, lens.buf, M, cosv.buf, sinv.buf, heads, head_dim, causal, (float)scale, longest, y.buf,
-                    lse.buf, scratch);
+                    probs.buf, scratch);
     else
         forward_f64(qkv.buf, lens.buf, M, cosv.buf, sinv.buf, heads, head_dim, causal, scale, longest, y.buf,
-                    lse.buf, scratch);
+                    probs.buf, scratch);
     Py_END_ALLOW_THREADS;
     free(scratch);
     result = Py_NewRef(Py_None);
@@ -130,23 +134,23 @@ done:
     PyBuffer_Release(&cosv);
     PyBuffer_Release(&sinv);
     PyBuffer_Release(&y);
-    PyBuffer_Release(&lse);
+    PyBuffer_Release(&probs);
     return result;
 }
 
 static PyObject *backward(PyObject *self, PyObject *args) {
-    Py_buffer qkv, y, lse, dy, lens, cosv, sinv, dqkv;
+    Py_buffer qkv, y, probs, dy, lens, cosv, sinv, dqkv;
     int heads, head_dim, causal, itemsize;
     double scale;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*iipdi", &qkv, &y, &lse, &dy, &lens, &cosv, &sinv, &dqkv, &heads,
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*iipdi", &qkv, &y, &probs, &dy, &lens, &cosv, &sinv, &dqkv, &heads,
                           &head_dim, &causal, &scale, &itemsize))
         return NULL;
     PyObject *result = NULL;
     void *scratch = NULL;
-    int64_t N, M, longest;
-    if (check_shapes(&qkv, &lens, &cosv, &sinv, heads, head_dim, itemsize, &N, &M, &longest) ||
+    int64_t N, M, longest, pairs;
+    if (check_shapes(&qkv, &lens, &cosv, &sinv, heads, head_dim, itemsize, &N, &M, &longest, &pairs) ||
         check_len(&y, N * heads * head_dim * itemsize, "y") || check_len(&dy, N * heads * head_dim * itemsize, "dy") ||
-        check_len(&lse, N * heads * itemsize, "lse") || check_len(&dqkv, qkv.len, "dqkv"))
+        check_len(&probs, pairs * itemsize, "probs") || check_len(&dqkv, qkv.len, "dqkv"))
         goto done;
     scratch = malloc((size_t)((5 * longest * head_dim + longest + 1) * itemsize));
     if (!scratch) {
@@ -155,10 +159,10 @@ static PyObject *backward(PyObject *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS;
     if (itemsize == 4)
-        backward_f32(qkv.buf, y.buf, lse.buf, dy.buf, lens.buf, M, cosv.buf, sinv.buf, heads, head_dim, causal,
+        backward_f32(qkv.buf, y.buf, probs.buf, dy.buf, lens.buf, M, cosv.buf, sinv.buf, heads, head_dim, causal,
                      (float)scale, longest, dqkv.buf, scratch);
     else
-        backward_f64(qkv.buf, y.buf, lse.buf, dy.buf, lens.buf, M, cosv.buf, sinv.buf, heads, head_dim, causal,
+        backward_f64(qkv.buf, y.buf, probs.buf, dy.buf, lens.buf, M, cosv.buf, sinv.buf, heads, head_dim, causal,
                      scale, longest, dqkv.buf, scratch);
     Py_END_ALLOW_THREADS;
     free(scratch);
@@ -166,7 +170,7 @@ static PyObject *backward(PyObject *self, PyObject *args) {
 done:
     PyBuffer_Release(&qkv);
     PyBuffer_Release(&y);
-    PyBuffer_Release(&lse);
+    PyBuffer_Release(&probs);
     PyBuffer_Release(&dy);
     PyBuffer_Release(&lens);
     PyBuffer_Release(&cosv);
@@ -177,9 +181,9 @@ done:
 
 static PyMethodDef methods[] = {
     {"forward", forward, METH_VARARGS,
-     "forward(qkv, lens, cos, sin, y, lse, heads, head_dim, causal, scale, itemsize): y and lse, in place"},
+     "forward(qkv, lens, cos, sin, y, probs, heads, head_dim, causal, scale, itemsize): y and probs, in place"},
     {"backward", backward, METH_VARARGS,
-     "backward(qkv, y, lse, dy, lens, cos, sin, dqkv, heads, head_dim, causal, scale, itemsize): dqkv, in place"},
+     "backward(qkv, y, probs, dy, lens, cos, sin, dqkv, heads, head_dim, causal, scale, itemsize): dqkv, in place"},
     {NULL, NULL, 0, NULL},
 };
 

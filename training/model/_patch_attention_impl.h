@@ -42,17 +42,20 @@ static void NAME(load_qk)(const T *qkv, int64_t first, int64_t len, int h, int D
     }
 }
 
+/* probs: each patch's softmax weights, (H, len, len) per patch in patch order (causal: 0 above the diagonal);
+ * the backward reads them instead of recomputing a dot product and an exp per pair. */
 static void NAME(forward)(const T *qkv, const int64_t *lens, int64_t M, const T *cosv, const T *sinv, int H,
-                          int Dh, int causal, T scale, int64_t longest, T *y, T *lse, T *scratch) {
+                          int Dh, int causal, T scale, int64_t longest, T *y, T *probs, T *scratch) {
     const int D = H * Dh;
-    T *q = scratch, *k = scratch + longest * Dh, *p = scratch + 2 * longest * Dh;
+    T *q = scratch, *k = scratch + longest * Dh;
     int64_t first = 0;
     for (int64_t m = 0; m < M; first += lens[m], m++) {
         const int64_t len = lens[m];
-        for (int h = 0; h < H; h++) {
+        for (int h = 0; h < H; h++, probs += len * len) {
             NAME(load_qk)(qkv, first, len, h, D, Dh, cosv, sinv, q, k);
             for (int64_t i = 0; i < len; i++) {
                 const int64_t last = causal ? i : len - 1;
+                T *p = probs + i * len;
                 T top = -INFINITY;
                 for (int64_t j = 0; j <= last; j++) {
                     p[j] = NAME(dot)(q + i * Dh, k + j * Dh, Dh) * scale;
@@ -63,23 +66,25 @@ static void NAME(forward)(const T *qkv, const int64_t *lens, int64_t M, const T 
                     p[j] = EXP(p[j] - top);
                     sum += p[j];
                 }
+                const T inv = 1 / sum;
+                for (int64_t j = 0; j <= last; j++) p[j] *= inv;
+                for (int64_t j = last + 1; j < len; j++) p[j] = 0;
                 T *out = y + (first + i) * D + (int64_t)h * Dh;
                 for (int d = 0; d < Dh; d++) out[d] = 0;
                 for (int64_t j = 0; j <= last; j++) {
                     const T *v = qkv + (first + j) * 3 * D + 2 * D + (int64_t)h * Dh;
-                    const T w = p[j] / sum;
+                    const T w = p[j];
 #pragma omp simd
                     for (int d = 0; d < Dh; d++) out[d] += w * v[d];
                 }
-                lse[(first + i) * H + h] = top + LOG(sum);
             }
         }
     }
 }
 
-/* Flash attention's backward over one patch at a time: the weights are recomputed from lse,
- * delta_i = dy_i . y_i, and dS_ij = P_ij (dy_i . v_j - delta_i). */
-static void NAME(backward)(const T *qkv, const T *y, const T *lse, const T *dy, const int64_t *lens, int64_t M,
+/* Flash attention's backward over one patch at a time, from the forward's weights P:
+ * delta_i = dy_i . y_i, dS_ij = P_ij (dy_i . v_j - delta_i). */
+static void NAME(backward)(const T *qkv, const T *y, const T *probs, const T *dy, const int64_t *lens, int64_t M,
                            const T *cosv, const T *sinv, int H, int Dh, int causal, T scale, int64_t longest,
                            T *dqkv, T *scratch) {
     const int D = H * Dh, half = Dh / 2;
@@ -88,7 +93,7 @@ static void NAME(backward)(const T *qkv, const T *y, const T *lse, const T *dy, 
     int64_t first = 0;
     for (int64_t m = 0; m < M; first += lens[m], m++) {
         const int64_t len = lens[m];
-        for (int h = 0; h < H; h++) {
+        for (int h = 0; h < H; h++, probs += len * len) {
             NAME(load_qk)(qkv, first, len, h, D, Dh, cosv, sinv, q, k);
             for (int64_t i = 0; i < len * Dh; i++) dq[i] = dk[i] = dv[i] = 0;
             for (int64_t i = 0; i < len; i++) {
@@ -98,10 +103,9 @@ static void NAME(backward)(const T *qkv, const T *y, const T *lse, const T *dy, 
             for (int64_t i = 0; i < len; i++) {
                 const int64_t last = causal ? i : len - 1;
                 const T *g = dy + (first + i) * D + (int64_t)h * Dh;
-                const T top = lse[(first + i) * H + h];
                 for (int64_t j = 0; j <= last; j++) {
                     const T *v = qkv + (first + j) * 3 * D + 2 * D + (int64_t)h * Dh;
-                    const T pij = EXP(NAME(dot)(q + i * Dh, k + j * Dh, Dh) * scale - top);
+                    const T pij = probs[i * len + j];
                     const T ds = pij * (NAME(dot)(g, v, Dh) - delta[i]) * scale;
                     T *dvj = dv + j * Dh, *dqi = dq + i * Dh, *dkj = dk + j * Dh;
                     const T *qi = q + i * Dh, *kj = k + j * Dh;

@@ -6,8 +6,8 @@ S = 10 that is ~10 calls per layer over blocks of 1-10 symbol patches, plus the 
 rotation and the block concatenations, which together cost more than the arithmetic. The C kernel
 walks the patches in their row-major order instead: each patch's scores, softmax and weighted
 values stay in a scratch of its own length, RoPE is applied as q and k are loaded, and the
-backward recomputes the weights from the saved log-sum-exp (flash attention's backward, per
-patch). It is the same function; tests hold it to the torch path and to the padded model.
+backward reads the softmax weights the forward kept (H * sum l^2 values per layer, a fraction of
+one (N, d) activation) instead of recomputing a dot product and an exp per pair. It is the same function; tests hold it to the torch path and to the padded model.
 
 It runs where it can: CPU tensors of float32 or float64 (bf16 autocast leaves the local
 projections in bf16 and takes the torch path), no attention dropout in training, and the
@@ -67,53 +67,59 @@ class _PatchAttention(torch.autograd.Function):
         qkv, lens = qkv.contiguous(), lens.to(torch.int64).contiguous()
         N, D = qkv.shape[0], qkv.shape[1] // 3
         head_dim = D // heads
-        y, lse = qkv.new_empty(N, D), qkv.new_empty(N, heads)
+        squares = lens * lens
+        # each patch's softmax weights (H, l, l): sum l^2 * H values, a fraction of one (N, D) activation
+        y, probs = qkv.new_empty(N, D), qkv.new_empty(int(squares.sum()) * heads)
         scale = 1.0 / math.sqrt(head_dim)
         args = (heads, head_dim, causal, scale, qkv.element_size())
         tables = (_buffer(cos), _buffer(sin))
-        rows = [_buffer(t) for t in (qkv, y, lse)]
+        q, out, p, n = (_buffer(t) for t in (qkv, y, probs, lens))
 
-        def part(m0: int, m1: int, r0: int, r1: int) -> None:
-            q, out, lse_ = (b[r0:r1] for b in rows)
-            _patch_attention.forward(q, _buffer(lens)[m0:m1], *tables, out, lse_, *args)
+        def part(m: slice, r: slice, w: slice) -> None:
+            _patch_attention.forward(q[r], n[m], *tables, out[r], p[w], *args)
 
-        _in_parts(lens, part)
-        ctx.save_for_backward(qkv, y, lse, lens, cos, sin)
+        _in_parts(lens, squares * heads, part)
+        ctx.save_for_backward(qkv, y, probs, lens, squares, cos, sin)
         ctx.args = args
         return y
 
     @staticmethod
     def backward(ctx, dy):  # noqa: ANN001, ANN205
-        qkv, y, lse, lens, cos, sin = ctx.saved_tensors
+        qkv, y, probs, lens, squares, cos, sin = ctx.saved_tensors
         dqkv = torch.empty_like(qkv)
-        rows = [_buffer(t) for t in (qkv, y, lse, dy.contiguous())]
-        tables, grad = (_buffer(cos), _buffer(sin)), _buffer(dqkv)
+        q, out, p, g, n, grad = (_buffer(t) for t in (qkv, y, probs, dy.contiguous(), lens, dqkv))
+        tables = (_buffer(cos), _buffer(sin))
 
-        def part(m0: int, m1: int, r0: int, r1: int) -> None:
-            _patch_attention.backward(*(b[r0:r1] for b in rows), _buffer(lens)[m0:m1], *tables, grad[r0:r1], *ctx.args)
+        def part(m: slice, r: slice, w: slice) -> None:
+            _patch_attention.backward(q[r], out[r], p[w], g[r], n[m], *tables, grad[r], *ctx.args)
 
-        _in_parts(lens, part)
+        _in_parts(lens, squares * ctx.args[0], part)
         return dqkv, None, None, None, None, None
 
 
 ROWS_PER_THREAD = 4096  # below this a thread's start costs more than its share of the patches
 
 
-def _in_parts(lens: torch.Tensor, part: Callable[[int, int, int, int], None]) -> None:
-    """part(first patch, end patch, first row, end row) over the patches split into about equal runs of rows, one
-    per torch thread: the C code releases the GIL, so the runs go in parallel as torch's own ops would. Each
-    patch is computed whole by one call, so the result does not depend on the split."""
+def _in_parts(lens: torch.Tensor, weights: torch.Tensor, part: Callable[[slice, slice, slice], None]) -> None:
+    """part(patches, their rows, their softmax weights) over the patches split into about equal runs of rows,
+    one per torch thread: the C code releases the GIL, so the runs go in parallel as torch's own ops would.
+    Each patch is computed whole by one call, so the result does not depend on the split."""
     ends = lens.cumsum(0)
     total = int(ends[-1]) if ends.numel() else 0
     parts = max(1, min(torch.get_num_threads(), total // ROWS_PER_THREAD))
     if parts == 1:
-        part(0, lens.numel(), 0, total)
+        everything = slice(None)
+        part(everything, everything, everything)
         return
     # patch boundaries nearest to equal shares of the rows
     cuts = torch.searchsorted(ends, torch.arange(1, parts) * total // parts, right=True).tolist()
     bounds = [0, *cuts, lens.numel()]
-    row_at = [0, *ends.tolist()]
-    spans = [(a, b, row_at[a], row_at[b]) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    row_at, weight_at = [0, *ends.tolist()], [0, *weights.cumsum(0).tolist()]
+    spans = [
+        (slice(a, b), slice(row_at[a], row_at[b]), slice(weight_at[a], weight_at[b]))
+        for a, b in zip(bounds, bounds[1:], strict=False)
+        if b > a
+    ]
     list(_pool(len(spans)).map(lambda span: part(*span), spans))
 
 
