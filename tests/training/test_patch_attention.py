@@ -194,3 +194,12 @@ def test_split_over_threads_gives_the_same_bits(monkeypatch):
         monkeypatch.setattr(pa, "_patch_attention", counted.native)
     assert runs[1][2] == 1 and runs[3][2] == 3  # one call with one thread, three runs with three
     assert torch.equal(runs[1][0], runs[3][0]) and torch.equal(runs[1][1], runs[3][1])
+
+
+def test_a_double_backward_is_refused_not_silently_zero():
+    packing = _packing([2, 3])
+    qkv = torch.randn(packing.size, 3 * 8, requires_grad=True)
+    y = pa.patch_attention(qkv, packing, heads=2, theta=10000.0, causal=True)
+    (grad,) = torch.autograd.grad(y.square().sum(), qkv, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad|double backward"):
+        grad.sum().backward()

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from hbpe.schemas.train_config import PACKED_ATTENTION
 from hbpe.training.model.packing import PatchPacking
@@ -84,6 +85,7 @@ class _PatchAttention(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable  # the C backward is not itself differentiable: a double backward raises, not a silent 0
     def backward(ctx, dy):  # noqa: ANN001, ANN205
         qkv, y, probs, lens, squares, cos, sin = ctx.saved_tensors
         dqkv = torch.empty_like(qkv)
