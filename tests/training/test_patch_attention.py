@@ -101,6 +101,11 @@ def test_no_rows_at_all():
     assert y.shape == (0, 8) and qkv.grad.shape == (0, 24)
 
 
+def _misaligned(*shape: int) -> torch.Tensor:
+    """Zeros of float32 one byte past an aligned address."""
+    return torch.frombuffer(bytearray(4 * int(np.prod(shape)) + 1), dtype=torch.float32, offset=1).view(shape)
+
+
 def _call(qkv, lens, cos, sin, y, probs, heads=2, head_dim=4, itemsize=4):
     pa._patch_attention.forward(
         *(t.numpy() if isinstance(t, torch.Tensor) else t for t in (qkv, lens, cos, sin, y, probs)),
@@ -124,6 +129,19 @@ def _call(qkv, lens, cos, sin, y, probs, heads=2, head_dim=4, itemsize=4):
         (dict(itemsize=8), "whole rows|holds"),
         (dict(head_dim=3), "even head_dim"),
         (dict(qkv=torch.zeros(3, 23)), "whole rows"),
+        (dict(qkv=_misaligned(3, 24)), "qkv is not aligned"),  # a view at a byte offset: no float reads there
+        (dict(y=_misaligned(3, 8)), "y is not aligned"),
+        # no rows, but heads * head_dim past the kernels' int row index is refused all the same
+        (
+            dict(
+                qkv=torch.zeros(0),
+                lens=torch.zeros(2, dtype=torch.int64),
+                y=torch.zeros(0),
+                probs=torch.zeros(0),
+                heads=1 << 30,
+            ),
+            "heads \\* head_dim = 4294967296 is past",
+        ),
     ],
 )
 def test_a_wrong_call_is_refused_before_any_read(bad, message):
@@ -140,6 +158,20 @@ def test_a_wrong_call_is_refused_before_any_read(bad, message):
     args.update(bad)
     with pytest.raises(ValueError, match=message):
         _call(**args)
+
+
+def test_lens_inside_an_output_buffer_cannot_steer_the_kernel_out_of_bounds():
+    """The lengths are checked once, then the kernel writes y and the weights: it reads its own copy of them, so an
+    output that overlaps lens (here the weights' first bytes) cannot turn them into unchecked ones mid-call."""
+    torch.manual_seed(3)
+    qkv, cos, sin = torch.randn(4, 24), torch.rand(2, 2), torch.rand(2, 2)
+    y, probs = torch.zeros(4, 8), torch.zeros(2 * (4 + 4))
+    lens = probs.view(torch.int64)[:2]  # 16 bytes of the weights' buffer
+    lens.copy_(torch.tensor([2, 2]))
+    _call(qkv, lens, cos, sin, y, probs)
+    y_apart, probs_apart = torch.zeros(4, 8), torch.zeros(2 * (4 + 4))
+    _call(qkv, torch.tensor([2, 2]), cos, sin, y_apart, probs_apart)
+    assert torch.equal(y, y_apart) and torch.equal(probs, probs_apart)
 
 
 def test_where_the_kernel_runs():

@@ -22,8 +22,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define NAME(f) f##_f32
 #define T float
@@ -45,19 +47,31 @@
 #undef EXP
 #undef LOG
 
-static int check_len(const Py_buffer *b, Py_ssize_t want, const char *what) {
-    if (b->len != want) {
-        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, expected %zd", what, b->len, want);
+/* The kernels read T through these pointers: a buffer not on a multiple of T's size (a numpy or torch view
+ * at a byte offset) would be undefined behaviour, so it is refused like a wrong length. */
+static int check_aligned(const Py_buffer *b, int itemsize, const char *what) {
+    if ((uintptr_t)b->buf % (uintptr_t)itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s is not aligned to its %d-byte items: pass a fresh (copied) array", what,
+                     itemsize);
         return -1;
     }
     return 0;
 }
 
+static int check_len(const Py_buffer *b, Py_ssize_t want, int itemsize, const char *what) {
+    if (b->len != want) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, expected %zd", what, b->len, want);
+        return -1;
+    }
+    return check_aligned(b, itemsize, what);
+}
+
 /* The shapes shared by both directions: N rows, M patches, the longest patch and the weights' length
- * heads * sum len^2; -1 with an error set. */
+ * heads * sum len^2; -1 with an error set. *copy: the patch lengths the kernel reads, a private copy of lens
+ * (the caller frees it): an output buffer that overlaps lens could otherwise change them once checked. */
 static int check_shapes(const Py_buffer *qkv, const Py_buffer *lens, const Py_buffer *cosv, const Py_buffer *sinv,
                         int heads, int head_dim, int itemsize, int64_t *N, int64_t *M, int64_t *longest,
-                        int64_t *pairs) {
+                        int64_t *pairs, int64_t **copy) {
     if (itemsize != 4 && itemsize != 8) {
         PyErr_Format(PyExc_ValueError, "itemsize must be 4 (float32) or 8 (float64), got %d", itemsize);
         return -1;
@@ -66,6 +80,13 @@ static int check_shapes(const Py_buffer *qkv, const Py_buffer *lens, const Py_bu
         PyErr_Format(PyExc_ValueError, "heads >= 1 and an even head_dim >= 2 needed, got %d, %d", heads, head_dim);
         return -1;
     }
+    if ((int64_t)heads * head_dim > INT_MAX / 3) {  /* the kernels index a row's 3 * heads * head_dim in int */
+        PyErr_Format(PyExc_ValueError, "heads * head_dim = %lld is past %d", (long long)heads * head_dim, INT_MAX / 3);
+        return -1;
+    }
+    if (check_aligned(qkv, itemsize, "qkv") || check_aligned(cosv, itemsize, "cos") ||
+        check_aligned(sinv, itemsize, "sin"))
+        return -1;
     const int64_t row = 3 * (int64_t)heads * head_dim * itemsize;
     if (qkv->len % row || lens->len % (Py_ssize_t)sizeof(int64_t)) {
         PyErr_SetString(PyExc_ValueError, "qkv is not whole rows of 3 * heads * head_dim, or lens not int64");
@@ -73,20 +94,31 @@ static int check_shapes(const Py_buffer *qkv, const Py_buffer *lens, const Py_bu
     }
     *N = qkv->len / row;
     *M = lens->len / (Py_ssize_t)sizeof(int64_t);
-    const int64_t *l = (const int64_t *)lens->buf;
-    int64_t total = 0, top = 0, squares = 0;
-    for (int64_t m = 0; m < *M; m++) {
+    int64_t *l = *copy = malloc(*M ? (size_t)lens->len : 1);
+    if (!l) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (*M) memcpy(l, lens->buf, (size_t)lens->len);
+    int64_t total = 0, top = 0;
+    uint64_t squares = 0;  /* <= N * top, checked below before it is used; unsigned: no overflow on the way */
+    for (int64_t m = 0; m < *M && total <= *N; m++) {
         if (l[m] < 0 || l[m] > *N) {
             PyErr_Format(PyExc_ValueError, "patch %lld has length %lld", (long long)m, (long long)l[m]);
             return -1;
         }
-        total += l[m];
-        squares += l[m] * l[m];
+        total += l[m];  /* <= 2 N: the loop stops once it passes N */
+        squares += (uint64_t)l[m] * (uint64_t)l[m];
         if (l[m] > top) top = l[m];
     }
     if (total != *N) {
         PyErr_Format(PyExc_ValueError, "patch lengths sum to %lld, qkv has %lld rows", (long long)total,
                      (long long)*N);
+        return -1;
+    }
+    if (top && *N > PY_SSIZE_T_MAX / itemsize / heads / top) {  /* heads * sum len^2 * itemsize bytes of weights */
+        PyErr_Format(PyExc_ValueError, "%lld rows in patches of up to %lld: the softmax weights overflow",
+                     (long long)*N, (long long)top);
         return -1;
     }
     const int64_t table = top * (head_dim / 2) * itemsize;
@@ -96,7 +128,7 @@ static int check_shapes(const Py_buffer *qkv, const Py_buffer *lens, const Py_bu
         return -1;
     }
     *longest = top;
-    *pairs = squares * heads;
+    *pairs = (int64_t)squares * heads;
     return 0;
 }
 
@@ -109,9 +141,10 @@ static PyObject *forward(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     void *scratch = NULL;
-    int64_t N, M, longest, pairs;
-    if (check_shapes(&qkv, &lens, &cosv, &sinv, heads, head_dim, itemsize, &N, &M, &longest, &pairs) ||
-        check_len(&y, N * heads * head_dim * itemsize, "y") || check_len(&probs, pairs * itemsize, "probs"))
+    int64_t N, M, longest, pairs, *l = NULL;
+    if (check_shapes(&qkv, &lens, &cosv, &sinv, heads, head_dim, itemsize, &N, &M, &longest, &pairs, &l) ||
+        check_len(&y, N * heads * head_dim * itemsize, itemsize, "y") ||
+        check_len(&probs, pairs * itemsize, itemsize, "probs"))
         goto done;
     scratch = malloc((size_t)((2 * longest * head_dim + 1) * itemsize));
     if (!scratch) {
@@ -120,15 +153,16 @@ static PyObject *forward(PyObject *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS;
     if (itemsize == 4)
-        forward_f32(qkv.buf, lens.buf, M, cosv.buf, sinv.buf, heads, head_dim, causal, (float)scale, longest, y.buf,
+        forward_f32(qkv.buf, l, M, cosv.buf, sinv.buf, heads, head_dim, causal, (float)scale, longest, y.buf,
                     probs.buf, scratch);
     else
-        forward_f64(qkv.buf, lens.buf, M, cosv.buf, sinv.buf, heads, head_dim, causal, scale, longest, y.buf,
+        forward_f64(qkv.buf, l, M, cosv.buf, sinv.buf, heads, head_dim, causal, scale, longest, y.buf,
                     probs.buf, scratch);
     Py_END_ALLOW_THREADS;
     free(scratch);
     result = Py_NewRef(Py_None);
 done:
+    free(l);
     PyBuffer_Release(&qkv);
     PyBuffer_Release(&lens);
     PyBuffer_Release(&cosv);
@@ -147,10 +181,11 @@ static PyObject *backward(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     void *scratch = NULL;
-    int64_t N, M, longest, pairs;
-    if (check_shapes(&qkv, &lens, &cosv, &sinv, heads, head_dim, itemsize, &N, &M, &longest, &pairs) ||
-        check_len(&y, N * heads * head_dim * itemsize, "y") || check_len(&dy, N * heads * head_dim * itemsize, "dy") ||
-        check_len(&probs, pairs * itemsize, "probs") || check_len(&dqkv, qkv.len, "dqkv"))
+    int64_t N, M, longest, pairs, *l = NULL;
+    if (check_shapes(&qkv, &lens, &cosv, &sinv, heads, head_dim, itemsize, &N, &M, &longest, &pairs, &l) ||
+        check_len(&y, N * heads * head_dim * itemsize, itemsize, "y") ||
+        check_len(&dy, N * heads * head_dim * itemsize, itemsize, "dy") ||
+        check_len(&probs, pairs * itemsize, itemsize, "probs") || check_len(&dqkv, qkv.len, itemsize, "dqkv"))
         goto done;
     scratch = malloc((size_t)((5 * longest * head_dim + longest + 1) * itemsize));
     if (!scratch) {
@@ -159,15 +194,16 @@ static PyObject *backward(PyObject *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS;
     if (itemsize == 4)
-        backward_f32(qkv.buf, y.buf, probs.buf, dy.buf, lens.buf, M, cosv.buf, sinv.buf, heads, head_dim, causal,
+        backward_f32(qkv.buf, y.buf, probs.buf, dy.buf, l, M, cosv.buf, sinv.buf, heads, head_dim, causal,
                      (float)scale, longest, dqkv.buf, scratch);
     else
-        backward_f64(qkv.buf, y.buf, probs.buf, dy.buf, lens.buf, M, cosv.buf, sinv.buf, heads, head_dim, causal,
+        backward_f64(qkv.buf, y.buf, probs.buf, dy.buf, l, M, cosv.buf, sinv.buf, heads, head_dim, causal,
                      scale, longest, dqkv.buf, scratch);
     Py_END_ALLOW_THREADS;
     free(scratch);
     result = Py_NewRef(Py_None);
 done:
+    free(l);
     PyBuffer_Release(&qkv);
     PyBuffer_Release(&y);
     PyBuffer_Release(&probs);
