@@ -228,6 +228,13 @@ def test_split_over_threads_gives_the_same_bits(monkeypatch):
     assert torch.equal(runs[1][0], runs[3][0]) and torch.equal(runs[1][1], runs[3][1])
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.complex64])
+def test_other_dtypes_are_refused_not_read_as_floats(dtype):
+    packing = _packing([2, 1])
+    with pytest.raises(TypeError, match=f"float32 or float64 qkv, not {dtype}"):
+        pa.patch_attention(torch.ones(3, 24, dtype=dtype), packing, heads=2, theta=10000.0, causal=True)
+
+
 def test_a_double_backward_is_refused_not_silently_zero():
     packing = _packing([2, 3])
     qkv = torch.randn(packing.size, 3 * 8, requires_grad=True)

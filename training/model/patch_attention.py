@@ -52,6 +52,8 @@ def patch_attention(
 ) -> torch.Tensor:
     """qkv (N, 3 * D): the fused projection of row-major packed rows, q, k, v per head before RoPE -> (N, D),
     each row attending within its own patch (causal: to its patch's rows up to itself)."""
+    if qkv.dtype not in (torch.float32, torch.float64):  # the C code would read other items' bytes as floats
+        raise TypeError(f"patch attention runs on float32 or float64 qkv, not {qkv.dtype}")
     head_dim = qkv.shape[1] // 3 // heads
     cos, sin = packing.rotation_table(head_dim, theta, qkv.dtype)
     return _PatchAttention.apply(qkv, packing.counts, cos, sin, heads, causal)
