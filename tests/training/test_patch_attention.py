@@ -8,6 +8,8 @@ Whole models are held to the padded layout in test_packed_local.py with the kern
 
 from __future__ import annotations
 
+import multiprocessing
+
 import numpy as np
 import pytest
 import torch
@@ -226,6 +228,28 @@ def test_split_over_threads_gives_the_same_bits(monkeypatch):
         monkeypatch.setattr(pa, "_patch_attention", counted.native)
     assert runs[1][2] == 1 and runs[3][2] == 3  # one call with one thread, three runs with three
     assert torch.equal(runs[1][0], runs[3][0]) and torch.equal(runs[1][1], runs[3][1])
+
+
+def _split_call(packing: PatchPacking, qkv: torch.Tensor) -> None:
+    pa.patch_attention(qkv, packing, heads=2, theta=10000.0, causal=True)
+
+
+def test_a_forked_child_splits_over_threads_of_its_own(monkeypatch):
+    """The thread pools outlive a call; a child forked after one (a DataLoader worker, a process pool) has the
+    pools but not their threads, and must not wait on them."""
+    packing = _packing(LENGTHS * 5)
+    qkv = torch.randn(packing.size, 3 * 8)
+    monkeypatch.setattr(pa, "ROWS_PER_THREAD", 16)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    _split_call(packing, qkv)  # the parent's pool of 2 threads exists now
+    child = multiprocessing.get_context("fork").Process(target=_split_call, args=(packing, qkv))
+    child.start()
+    child.join(timeout=30)
+    hung = child.exitcode is None
+    if hung:
+        child.kill()
+        child.join()
+    assert not hung and child.exitcode == 0
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.complex64])

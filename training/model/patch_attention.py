@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -130,3 +131,8 @@ def _in_parts(lens: torch.Tensor, weights: torch.Tensor, part: Callable[[slice, 
 @functools.cache
 def _pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hbpe-patch-attention")
+
+
+# A forked child inherits the pools but none of their threads: its calls would wait on them forever. It starts
+# its own.
+os.register_at_fork(after_in_child=_pool.cache_clear)
