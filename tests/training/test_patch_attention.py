@@ -177,16 +177,43 @@ def test_lens_inside_an_output_buffer_cannot_steer_the_kernel_out_of_bounds():
 
 
 def test_where_the_kernel_runs():
+    packing = _packing([2, 2])
     x32 = torch.zeros(4, 8)
-    assert pa.native_applies(x32, choice="auto", dropout=0.0)
-    assert pa.native_applies(x32.double(), choice="auto", dropout=0.0)
-    assert not pa.native_applies(x32, choice="blocks", dropout=0.0)  # asked for the torch path
-    assert not pa.native_applies(x32, choice="auto", dropout=0.1)  # attention dropout: SDPA's
-    assert not pa.native_applies(x32.bfloat16(), choice="auto", dropout=0.0)
+
+    def runs(x, choice="auto", dropout=0.0, heads=2, p=packing):
+        return pa.native_applies(x, p, heads=heads, choice=choice, dropout=dropout)
+
+    assert runs(x32) and runs(x32.double())
+    assert not runs(x32, choice="blocks")  # asked for the torch path
+    assert not runs(x32, dropout=0.1)  # attention dropout: SDPA's
+    assert not runs(x32.bfloat16())
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not pa.native_applies(x32, choice="auto", dropout=0.0)  # the projections are bf16 under autocast
+        assert not runs(x32)  # the projections are bf16 under autocast
+    # the weights it keeps, heads * sum l^2, past one (N, d) activation: 2 * (4 + 4) = 16 <= 32, 5 * 8 = 40 > 32
+    assert runs(x32, heads=4) and not runs(x32, heads=5)
     with pytest.raises(ConfigError, match="model.packed_attention"):
         model_config("tiny", packed_attention="fast")
+
+
+def test_a_stack_over_long_patches_takes_the_torch_path(monkeypatch):
+    """One 300-symbol patch among short ones: its weights (H * 300^2) would dwarf the activations, so the
+    Transformer runs the torch path for the whole stack, and computes the same function."""
+    from hbpe.training.model import layers
+
+    calls = []
+    real = layers.patch_attention
+    monkeypatch.setattr(layers, "patch_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    torch.manual_seed(3)
+    stack = layers.Transformer(layers=2, dim=16, ffn=32, heads=2).double()
+    for lengths, native in (([300, 2, 3, 1], False), ([3, 2, 3, 1], True)):
+        packing = _packing(lengths)
+        x = torch.randn(packing.size, 16, dtype=torch.float64)
+        calls.clear()
+        y = stack(x, causal=True, packing=packing)
+        assert bool(calls) == native, lengths
+        forced = layers.Transformer(layers=2, dim=16, ffn=32, heads=2, packed_attention="blocks").double()
+        forced.load_state_dict(stack.state_dict())
+        torch.testing.assert_close(y, forced(x, causal=True, packing=packing), rtol=1e-12, atol=1e-12)
 
 
 def test_the_kernel_is_deterministic():

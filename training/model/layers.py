@@ -206,7 +206,11 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         """x (B, L, D), or with `packing` the real positions of M patches as rows (N, D) (training/model/packing.py)."""
         native = packing is not None and native_applies(
-            x, choice=self.packed_attention, dropout=self.dropout if self.training else 0.0
+            x,
+            packing,
+            heads=self.blocks[0].attn.heads if len(self.blocks) else 1,
+            choice=self.packed_attention,
+            dropout=self.dropout if self.training else 0.0,
         )
         blocks = packing is not None and not native
         if blocks:  # the torch path's blocks run on length-ordered rows; row-major order in and out
