@@ -30,7 +30,7 @@ def bench_train(cfg: TrainConfig, *, batches: int) -> dict:
         run.trainer.fit()
         wall = time.perf_counter() - t
         data = mem.data
-        run.trainer.close()
+        run.close()
 
     def last(key: str) -> float | None:
         return float(data[key][-1][1]) if key in data and data[key] else None

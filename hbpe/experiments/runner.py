@@ -229,7 +229,7 @@ def run_one(
     # the whole eval set (final_eval_batches blocks, fewer on a small split): the same samples for every run
     built.trainer.eval(subset_num_batches=spec.final_eval_batches)
     final = {k: float(v.compute()) for k, v in built.trainer.state.eval_metrics["eval"].items()}
-    built.trainer.close()
+    built.close()
 
     where = f"experiment {spec.name}, run {run.name} (in {run_dir})"
     check_finite_bpb(final["BitsPerByte"], where, fix="run it again with a lower lr or more warmup")  # never a row

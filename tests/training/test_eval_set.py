@@ -52,4 +52,4 @@ def test_the_eval_loader_reads_the_spread_samples_in_their_order(sample_shards, 
         bpb = float(run.trainer.state.eval_metrics["eval"]["BitsPerByte"].compute())
         assert 0 < bpb < 20
     finally:
-        run.trainer.close()
+        run.close()

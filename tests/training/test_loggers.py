@@ -53,7 +53,7 @@ def test_tensorboard_logs_what_the_trainer_logged(sample_shards, tmp_path):
     assert len(speed) == 1  # the block's arguments reach hbpe's default SpeedMonitor, not a second one
     assert speed[0].history_samples.maxlen == 3  # window_size=2 from the block (Composer keeps window + 1)
     run.trainer.fit()
-    run.trainer.close()
+    run.close()
     events = tmp_path / "tb" / "tb-test"  # Composer's layout: log_dir/run_name/ (a new events file per flush)
     assert any(p.name.startswith("events.out.tfevents.") for p in events.iterdir())
     acc = EventAccumulator(str(events))

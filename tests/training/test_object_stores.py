@@ -210,7 +210,7 @@ def autoresume_continues_from_the_bucket(store: BucketRun, caplog) -> None:
     store.server.delete(f"{store.run}/latest-rank0.pt.symlink")
     run = build_run(cfg, callbacks=[first])
     run.trainer.fit()
-    run.trainer.close()
+    run.close()
     assert first.batch == 4 and int(run.trainer.state.timestamp.batch) == 6  # continued at the saved step
     assert store.server.list(store.run)[:3] == ["ep0-ba4-rank0.pt", "ep0-ba6-rank0.pt", "hbpe_run.json"]
     assert storage.read_bytes(f"{store.run}/latest-rank0.pt.symlink") == b"run/ep0-ba6-rank0.pt"

@@ -39,7 +39,7 @@ def _fit(cfg) -> list[float]:
     rates = _LearningRates()
     run = build_run(cfg, callbacks=[rates])
     run.trainer.fit()
-    run.trainer.close()
+    run.close()
     return rates.lr
 
 

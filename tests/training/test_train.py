@@ -34,7 +34,7 @@ def test_tiny_model_loss_falls(sample_shards, tmp_path):
     assert first > 5.0 and last < first - 1.5, (first, last)
     bpb = float(run.trainer.state.eval_metrics["eval"]["BitsPerByte"].compute())
     assert 0.5 < bpb < 6.0
-    run.trainer.close()
+    run.close()
     assert (tmp_path / "run" / "latest-rank0.pt").exists() and (tmp_path / "run" / "hbpe_run.json").exists()
 
 
@@ -62,7 +62,7 @@ def test_autoresume_equals_uninterrupted(sample_shards, tmp_path):
     run = build_run(cfg, callbacks=[_StopAt(5)])
     with pytest.raises(KeyboardInterrupt):
         run.trainer.fit()
-    run.trainer.close()
+    run.close()
     assert (tmp_path / "cut" / "ep0-ba4-rank0.pt").exists() and not (tmp_path / "cut" / "ep0-ba8-rank0.pt").exists()
     resumed = train(cfg)  # autoresume picks up ep0-ba4 and finishes
     assert (resumed["resumed_at_batch"], resumed["batches"]) == (4, 8)

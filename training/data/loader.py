@@ -37,6 +37,7 @@ from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.manifest import Manifest
 from hbpe.schemas.symbols import TOKEN_PAD
 from hbpe.training.data.schemes import Scheme, TokenScheme
+from hbpe.training.data.shared_memory import probes_closed
 
 log = logging.getLogger(__name__)
 
@@ -474,7 +475,7 @@ def _streaming_dataset(
         )
         for s, c in zip(plan.streams, plan.checks)
     ]
-    with _one_dataset_setup_at_a_time():
+    with _one_dataset_setup_at_a_time(), probes_closed():
         return _checked_dataset_class()(
             streams=mix,
             batch_size=batch_size,

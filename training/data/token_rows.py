@@ -10,6 +10,7 @@ from hbpe.pipeline import storage
 from hbpe.pipeline.shards.reader import ShardDir
 from hbpe.schemas.errors import ArtifactError
 from hbpe.training.data.loader import build_dataloader, check_compatible, read_manifest, stop_downloads
+from hbpe.training.data.shared_memory import release as release_shared_memory
 
 
 def read_token_rows(shards: str, tok, *, samples: int) -> np.ndarray:
@@ -34,6 +35,7 @@ def read_token_rows(shards: str, tok, *, samples: int) -> np.ndarray:
                 if len(rows) >= samples:
                     break
             stop_downloads(dl)  # before the cache is deleted
+            release_shared_memory(dl.dataset)  # streaming would keep it until the process exits
             del dl
     if not rows:
         raise ArtifactError(f"{shards} holds no samples to measure; convert a corpus with text")

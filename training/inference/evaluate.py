@@ -13,6 +13,7 @@ from hbpe.pipeline.progress_line import ProgressLine, rate
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.training.checkpoint.load import load_model, scheme_for
 from hbpe.training.data.loader import build_dataloader, check_compatible, read_manifest, stop_downloads
+from hbpe.training.data.shared_memory import release as release_shared_memory
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
 from hbpe.training.schemes.registry import scheme_spec
 
@@ -110,6 +111,7 @@ def evaluate(
         if line is not None:
             line.close(numbers)
         stop_downloads(dl)  # before the cache is deleted
+        release_shared_memory(dl.dataset)  # streaming would keep it until the process exits
         del dl
     nll, counts = float(sums[0]), [int(v) for v in sums[1:].tolist()]
     symbols, nbytes, text_patches = counts

@@ -26,6 +26,7 @@ from hbpe.training.checkpoint.save_folder import (  # re-exported: the save-fold
     spans_duration,
 )
 from hbpe.training.data.loader import epoch_samples, read_manifest
+from hbpe.training.data.shared_memory import release as release_shared_memory
 from hbpe.training.data.stream_cache import release as release_cache
 from hbpe.training.data.streams import build_dataloaders, cache_root, claim_cache, local_root, train_streams
 from hbpe.training.model.devices import composer_device
@@ -54,6 +55,24 @@ class BuiltRun:
     meter: ThroughputMeter
     seq_len: int
     info: dict[str, Any] = field(default_factory=dict)
+    cache: str | None = None  # the stream cache this process claimed for the run (claim_cache), if any
+
+    def close(self) -> None:
+        """Composer's close; then the run's datasets give back their shared memory (training/data/shared_memory.py:
+        streaming would hold it, ~40 file descriptors a run, until the process exits) and the run's stream cache
+        is released, so that a process training run after run (`hbpe experiment`, the API) holds neither."""
+        self.trainer.close()
+        for dataset in run_datasets(self.trainer):
+            release_shared_memory(dataset)
+        if self.cache is not None:
+            release_cache(self.cache)
+
+
+def run_datasets(trainer: Any) -> list[Any]:
+    """The StreamingDatasets a Trainer reads: the training loader's and each evaluator's."""
+    state = trainer.state
+    loaders = [state.train_dataloader, *(getattr(e.dataloader, "dataloader", None) for e in state.evaluators)]
+    return [dl.dataset for dl in loaders if dl is not None and hasattr(dl, "dataset")]
 
 
 def check_samples(cfg: TrainConfig, samples: int, *, world: int) -> None:
@@ -303,8 +322,10 @@ def build_run(
     config_callbacks = build_callbacks(cfg.callbacks)
     device, world = _start(cfg, save_enabled=save_enabled)
     plan = plan_run(cfg, device=device, world=world, save_enabled=save_enabled)
+    claimed = None
     if dist.get_local_rank() == 0:  # the rank that fills this node's cache; the others only read it
         claim_cache(plan.cfg)
+        claimed = cache_root(plan.cfg)
     meter = ThroughputMeter()
     trainer, model = _trainer(
         plan,
@@ -319,11 +340,11 @@ def build_run(
     try:
         check_not_finished(plan.cfg, trainer)
     except ConfigError:
-        trainer.close()
+        BuiltRun(trainer, plan.tok, meter, plan.seq_len, cache=claimed).close()
         raise
     if save_enabled:
         _start_run_folder(plan)
-    return BuiltRun(trainer, plan.tok, meter, plan.seq_len, _run_info(plan, model))
+    return BuiltRun(trainer, plan.tok, meter, plan.seq_len, _run_info(plan, model), cache=claimed)
 
 
 def _trainer(
@@ -413,8 +434,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     run.trainer.fit()
     wall = time.perf_counter() - t
     metrics = {f"{k}": float(v.compute()) for k, v in run.trainer.state.eval_metrics.get("eval", {}).items()}
-    run.trainer.close()
-    release_cache(cache_root(cfg))  # the next run may take the cache (the process's end would release it too)
+    run.close()  # the next run may take the cache
     return {
         **run.info,
         "wall_s": wall,
