@@ -15,9 +15,11 @@
  *   probs (P,)           the softmax weights, patch by patch (H, len, len) each: P = H * sum len^2
  *   dqkv  (N, 3, H, Dh)  the gradient of the loss with respect to qkv (RoPE's rotation undone)
  *
- * The computation releases the GIL. It is single-threaded: at the local models' sizes it is a few
- * percent of a training step (`hbpe bench train`). Every length and size is checked against the
- * buffers before any is read, so a wrong call raises ValueError, never reads out of bounds.
+ * A call is single-threaded and releases the GIL: patch_attention.py splits the patches into runs, one
+ * per torch thread, and calls once per run (each patch whole, so the split changes no bit). At the
+ * local models' sizes it is ~10% of a training step (`hbpe bench train`). Every length and size is
+ * checked against the buffers before any is read, so a wrong call raises ValueError, never reads out
+ * of bounds.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
