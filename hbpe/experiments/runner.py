@@ -264,8 +264,8 @@ def run_one(
         "gflops_context": ctx["gflops"],  # forward, one sample, the paper's count at its own context
         "train_flops_paper": curve.bytes * paper_per_byte,
         "train_flops_executed": curve.executed_flops,
-        "pad_share_executed": curve.pad_flops
-        / max(curve.executed_flops, 1.0),  # packed: only the encoder's all-PAD tail patches
+        # packed: only the encoder's all-PAD tail patches
+        "pad_share_executed": curve.pad_flops / max(curve.executed_flops, 1.0),
         "local_layout": built.info["model"]["local_layout"],
         "train_seconds": wall,
         "train_bytes_per_sec": built.meter.summary()["bytes_per_sec"],

@@ -191,7 +191,7 @@ class Transformer(nn.Module):
         packed_attention: str = "auto",
     ) -> None:
         super().__init__()
-        self.dropout, self.packed_attention = dropout, packed_attention
+        self.heads, self.dropout, self.packed_attention = heads, dropout, packed_attention
         self.blocks = nn.ModuleList(Block(dim, ffn, heads, theta, dropout) for _ in range(layers))
         self.norm = RMSNorm(dim)
 
@@ -208,7 +208,7 @@ class Transformer(nn.Module):
         native = packing is not None and native_applies(
             x,
             packing,
-            heads=self.blocks[0].attn.heads if len(self.blocks) else 1,
+            heads=self.heads,
             choice=self.packed_attention,
             dropout=self.dropout if self.training else 0.0,
         )

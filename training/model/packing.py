@@ -89,9 +89,7 @@ class PatchPacking:
         packing and shared by every layer of the stack (layers.rotate_rows)."""
         key = (head_dim, theta)
         if key not in self._rotations:
-            inv = 1.0 / (
-                theta ** (torch.arange(0, head_dim, 2, device=self.col.device, dtype=torch.float32) / head_dim)
-            )
+            inv = self._frequencies(head_dim, theta)
             ang = self.col.index_select(0, self.order).to(torch.float32)[:, None] * inv[None, :]  # (N, Dh/2)
             self._rotations[key] = torch.polar(torch.ones_like(ang), ang).unsqueeze(1)  # (N, 1, Dh/2)
         return self._rotations[key]
@@ -102,13 +100,16 @@ class PatchPacking:
         key = ("table", head_dim, theta, dtype)
         if key not in self._rotations:
             longest = int(self.counts.max()) if self.counts.numel() else 0
-            inv = 1.0 / (
-                theta ** (torch.arange(0, head_dim, 2, device=self.col.device, dtype=torch.float32) / head_dim)
-            )
+            inv = self._frequencies(head_dim, theta)
             ang = torch.arange(longest, device=self.col.device).to(torch.float32)[:, None] * inv[None, :]
             turn = torch.polar(torch.ones_like(ang), ang)  # (L, Dh/2)
             self._rotations[key] = (turn.real.to(dtype).contiguous(), turn.imag.to(dtype).contiguous())
         return self._rotations[key]
+
+    def _frequencies(self, head_dim: int, theta: float) -> torch.Tensor:
+        """RoPE's angle per slot of each channel pair (Dh/2,), fp32, as layers.rope computes them."""
+        pairs = torch.arange(0, head_dim, 2, device=self.col.device, dtype=torch.float32)
+        return 1.0 / (theta ** (pairs / head_dim))
 
     def attention_pairs(self) -> int:
         """Query-key pairs the packed attention computes: sum over patches of length^2 (no PAD)."""
