@@ -86,18 +86,28 @@ def flops_cmd(
     show_default="the training split (the bytes run itself)",
     help="Corpus files the entropy rows' entropy model is trained on, as the paper's came from other data (repeatable).",
 )
+@click.option(
+    "--only",
+    multiple=True,
+    metavar="RUN",
+    help="Train only these runs of the spec (repeatable): two processes can share an experiment's runs, each "
+    "in its own --out, and the report covers the runs given.",
+)
 @json_option("results.json instead of the table")
 def experiment_cmd(
     preset: str, overrides: tuple[str, ...], out: str | None, train_input: tuple[str, ...],
-    eval_input: tuple[str, ...], entropy_input: tuple[str, ...], as_json: bool,
+    eval_input: tuple[str, ...], entropy_input: tuple[str, ...], only: tuple[str, ...], as_json: bool,
 ) -> None:  # fmt: skip
     """Run an experiment: a preset (table1-mini, chinese-mini, vocab-mini, s-ablation-mini,
-    crossover-mini, ladder-paper-mini, ladder-width, ladder-data, ladder-s, lr-sweep-mini, lr-sweep-width, ladder-gpu,
+    crossover-mini, ladder-paper-mini, ladder-width, ladder-data, ladder-s, lr-sweep-mini, lr-sweep-width, k-along-training,
+    k-along-training-lr, ladder-gpu,
     table1-small, table3-medium) or a YAML file, with key=value overrides of its spec
     (`batches=100`, `model.latent_layers=4` for every run). Writes results.json, table.md and
     PNG plots to --out. `hbpe experiment list` prints each preset with its description;
     `hbpe experiment summary FOLDER...` puts the ladder pairs of finished experiments in one table and
-    one plot (rungs.md, rungs.png in --out): the gap and k against parameters and tokens per parameter.
+    one plot (rungs.md, rungs.png in --out): the gap and k against parameters and tokens per parameter;
+    `hbpe experiment k-along FOLDER...` reads k along training from k-along-training's runs, with
+    document-bootstrap intervals (k_along.md, k_along.json, k_along.png in --out).
 
     \b
     Example:
@@ -113,10 +123,15 @@ def experiment_cmd(
     if preset == "summary":
         _summary(overrides, out, as_json)
         return
-    from hbpe.experiments.presets import load_spec
+    if preset == "k-along":
+        _k_along(overrides, out, as_json)
+        return
+    from hbpe.experiments.presets import load_spec, only_runs
     from hbpe.experiments.runner import run_experiment
 
     spec = load_spec(preset, overrides, train_corpus=train_input, eval_corpus=eval_input, entropy_corpus=entropy_input)
+    if only:
+        spec = only_runs(spec, only)
     folder = Path(out or Path("runs", "experiments", spec.name))
     report = run_experiment(spec, folder, on_event=say, progress=not is_quiet())
     emit(report, as_json, lambda r: r["table"] + "\n" + "\n".join(f"plot: {p}" for p in r["plots"]))
@@ -134,6 +149,20 @@ def _summary(folders: tuple[str, ...], out: str | None, as_json: bool) -> None:
         )
     report = write_summary([Path(f) for f in folders], Path(out or Path("runs", "experiments", "summary")))
     emit(report, as_json, lambda r: r["table"] + "\n" + "\n".join(f"plot: {p}" for p in r["files"][1:]))
+
+
+def _k_along(folders: tuple[str, ...], out: str | None, as_json: bool) -> None:
+    """`hbpe experiment k-along FOLDER...`: k along training from k-along-training's runs (k_along.py)."""
+    from pathlib import Path
+
+    from hbpe.experiments.k_along import write_readout
+
+    if not folders:
+        raise click.UsageError(
+            "`hbpe experiment k-along` takes the folders of finished k-along-training runs (and k-along-training-lr's)"
+        )
+    report = write_readout([Path(f) for f in folders], Path(out or Path("runs", "experiments", "k-along")))
+    emit(report["analysis"], as_json, lambda r: report["table"] + "\n".join(f"file: {p}" for p in report["files"]))
 
 
 def _list_presets(overrides: tuple[str, ...], as_json: bool) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hbpe.experiments.spec import SHARED_EN, SHARED_ZH, ExperimentSpec, FirstStageSpec, RunSpec
+from hbpe.experiments.spec import SHARED_EN, SHARED_OPEN_DOCS, SHARED_ZH, ExperimentSpec, FirstStageSpec, RunSpec
 from hbpe.schemas.errors import ConfigError
 from hbpe.training import load_yaml
 
@@ -345,6 +345,53 @@ def lr_sweep_width(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) 
                    io_lr=dict(SWEPT_IO_LR), plots=("curve", "lr"))  # fmt: skip
 
 
+# k along one long run (issue 36): does BPE-patch's data factor k rise toward 1 as tokens per parameter grow at a
+# fixed model (under-training), or stay flat or fall (structural at this size)? ladder-data's x0.5 pair (BPE 0.31M,
+# BPE-patch 0.20M parameters) on fresh text: en-sotu + en-open-docs (34 MB; kernel and Python documentation, the KJV
+# Bible), every 20th document held out (the documents lie grouped by source in file order, so the held-out split is
+# a systematic sample stratified by source: 133 documents, 1.5 MB), the 4K first stage trained on the training split
+# (3.54 bytes per token). 7,650 batches of 8 x 128 tokens = 7.83M tokens: 40.1 tokens per BPE-patch parameter (25.4
+# per BPE parameter), 0.85 of a pass over the 32.7 MB training split (9.24M tokens). Constant rate (every curve point
+# a valid budget, none annealed), 40 curve points on an eval set of 58 blocks of 8 samples (about 210 KB) spread over
+# the held-out split, each
+# point storing its per-block NLL (runner.EvalCurve) so k, its slope and the gap get document-bootstrap intervals
+# (k_along.py). 8 more points spaced in log before the first (batches 20 to 179): at k ~ 0.1 BPE reaches BPE-patch's
+# BPB of batch 382 (2 tokens per parameter) near batch 40. Both at ladder-data's 3e-3; k-along-training-lr checks
+# 1e-2 on a shorter budget.
+K_ALONG_BATCHES = 7650
+K_ALONG_CORPUS = (SHARED_EN, SHARED_OPEN_DOCS)
+K_ALONG_BUDGET = dict(holdout_every=20, eval_points=40, eval_blocks=58, early_eval_points=8)
+
+
+def k_along_training(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
+    """ladder-data's x0.5 pair over 40 tokens per BPE-patch parameter of fresh text, 40 curve points (issue 36).
+
+    Estimate (one torch thread, measured rates of ladder-data: BPE 25-40 KB/s, BPE-patch 6-19 KB/s on shared
+    cores): 33 MB of training text, 15-25 minutes for BPE and 30-90 for BPE-patch a seed, evaluations included.
+    """
+    fs = f"v{CROSSOVER_VOCAB}"
+    return _ladder("k-along-training", "BPE vs BPE-patch (x0.5) to 40 tokens per BPE-patch parameter: k along "
+                   "training", _pair("-x0.5", fs, scaled(0.5)), train_corpus or K_ALONG_CORPUS, eval_corpus,
+                   batches=K_ALONG_BATCHES, seeds=1, **K_ALONG_BUDGET)  # fmt: skip
+
+
+K_ALONG_RATE_CHECK = 2870  # batches: 15 tokens per BPE-patch parameter (195,120 x 15 / 1,024)
+
+
+def k_along_training_lr(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
+    """k-along-training's pair at 1e-2 to 15 tokens per BPE-patch parameter: is 3e-3 the better rate there?
+
+    The same data, eval set and curve-point spacing (every 191 batches, as k-along-training's), so the two rates are
+    compared at the same training bytes (k_along.py). Estimate: 6-35 minutes.
+    """
+    fs = f"v{CROSSOVER_VOCAB}"
+    runs = tuple(_run(f"{r.name}-lr0.01", r.model["io"], fs, scaled(0.5), lr=1e-2) for r in _pair("-x0.5", fs, {}))
+    budget = {**K_ALONG_BUDGET, "eval_points": K_ALONG_RATE_CHECK // (K_ALONG_BATCHES // 40)}
+    return _ladder("k-along-training-lr", "k-along-training's pair at lr 1e-2 to 15 tokens per BPE-patch parameter",
+                   runs, train_corpus or K_ALONG_CORPUS, eval_corpus, batches=K_ALONG_RATE_CHECK, seeds=1,
+                   **budget)  # fmt: skip
+
+
 # ladder-gpu: four sizes on one GPU, through `hbpe experiment` (so a machine with the full stack: Composer,
 # streaming, Beam; infra/gpu/ holds the plain-PyTorch route for an image without them). Measured on an H100 (bf16,
 # the model's training step alone with AdamW and clipping, batch 32 x 128, a symbol in every one of the S positions
@@ -413,6 +460,8 @@ PRESETS: dict[str, Callable[..., ExperimentSpec]] = {
     "ladder-s": ladder_s,
     "lr-sweep-mini": lr_sweep_mini,
     "lr-sweep-width": lr_sweep_width,
+    "k-along-training": k_along_training,
+    "k-along-training-lr": k_along_training_lr,
     "ladder-gpu": ladder_gpu,  # one GPU, under 8 minutes
     # the paper's sizes and steps, for a GPU cluster (documented; not run here)
     "table1-small": _paper(
@@ -500,3 +549,22 @@ def load_spec(
     d = spec.to_dict()
     d.update(top)
     return ExperimentSpec.from_dict(d)
+
+
+def only_runs(spec: ExperimentSpec, names: tuple[str, ...] | list[str]) -> ExperimentSpec:
+    """`spec` with only the named runs (and the bytes runs their entropy rows read); ConfigError naming an unknown one.
+
+    A run's result does not depend on the other runs of its spec (spec.run_fingerprint), so runs trained apart
+    (`hbpe experiment ... --only NAME`, each in its own --out) can be gathered into one folder and reported together.
+    """
+    import dataclasses
+
+    known = {r.name for r in spec.runs}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"--only {', '.join(unknown)}: not a run of {spec.name}; its runs: {', '.join(known)}")
+    wanted = set(names) | {r.entropy_from for r in spec.runs if r.name in names and r.entropy_from}
+    runs = tuple(r for r in spec.runs if r.name in wanted)
+    both = {"bpe", "hierarchical"} <= {r.model.get("io") for r in runs}
+    plots = tuple(p for p in spec.plots if both or p not in ("crossover", "ladder"))  # those need a pair
+    return dataclasses.replace(spec, runs=runs, plots=plots)

@@ -67,7 +67,7 @@ class EvalCurve(Callback):
     def __init__(self) -> None:
         self.bytes = 0
         self.executed_flops = self.pad_flops = 0.0
-        self.points: list[dict[str, float]] = []
+        self.points: list[dict[str, Any]] = []
         self.batch_nll: list[float] = []  # the latest evaluation's, one per eval batch
         self.batch_bytes: list[int] = []
         self.rates: list[float] = []  # training bytes per second, one per batch after the first
@@ -105,6 +105,10 @@ class EvalCurve(Callback):
                     "train_bytes": self.bytes,
                     "train_flops_executed": self.executed_flops,
                     "bpb": float(metrics["BitsPerByte"].compute()),
+                    # per block of the eval set (eval_noise.py): what a document bootstrap of k, its slope and
+                    # the gap along training resamples, paired across runs
+                    "eval_batch_nll": list(self.batch_nll),
+                    "eval_batch_bytes": list(self.batch_bytes),
                 }
             )
 
@@ -222,6 +226,7 @@ def run_one(
     cfg = TrainConfig.from_dict({**train_config(spec, run, stage, run_dir, out, seed), "console": progress})
     curve = EvalCurve()
     built = build_run(cfg, callbacks=[curve])
+    add_evaluations(built.trainer, early_eval_batches(spec))
     t = time.perf_counter()
     built.trainer.fit()
     wall = time.perf_counter() - t
@@ -274,6 +279,39 @@ def run_one(
         # unbounded entropy patches longer than byte_patching.UNBOUNDED_SAFETY_LIMIT, in the measured samples
         "forced_splits": getattr(scheme, "forced_splits", 0),
     }
+
+
+def early_eval_batches(spec: ExperimentSpec) -> list[int]:
+    """The spec's early evaluations: `early_eval_points` batches spaced evenly in log from the end of the
+    warm-up (at least 1) to the first regular point, that point left out.
+
+    >>> from hbpe.experiments.presets import preset
+    >>> early_eval_batches(preset("k-along-training"))
+    [20, 27, 35, 47, 62, 82, 109, 144]
+    """
+    n = spec.early_eval_points
+    first = max(spec.batches // spec.eval_points, 1)
+    start = max(spec.warmup, 1)
+    if n < 1 or first <= start:
+        return []
+    return sorted({int(round(b)) for b in np.geomspace(start, first, n + 1)[:-1]} - {first})
+
+
+def add_evaluations(trainer: Any, batches: list[int]) -> None:
+    """Evaluate also at the end of each of `batches`, besides the trainer's own interval (Composer asks each
+    evaluator's `eval_interval(state, event)` at every batch end)."""
+    if not batches:
+        return
+    from composer.core import Event
+
+    extra = frozenset(batches)
+    for evaluator in trainer.state.evaluators:
+        regular = evaluator.eval_interval
+
+        def either(state: State, event: Event, regular=regular) -> bool:
+            return regular(state, event) or (event == Event.BATCH_END and int(state.timestamp.batch) in extra)
+
+        evaluator.eval_interval = either
 
 
 class RunClock:

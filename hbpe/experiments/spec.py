@@ -23,6 +23,7 @@ from hbpe.schemas.train_config import MODEL_SIZE_LIMITS, ModelConfig
 # the shared data folder, wherever the command runs from (experiments/shared_data.py resolves it)
 SHARED_EN = "${HBPE_SHARED_DATA}/en-sotu.jsonl.zst"
 SHARED_ZH = "${HBPE_SHARED_DATA}/zh-kernel-docs.jsonl.zst"
+SHARED_OPEN_DOCS = "${HBPE_SHARED_DATA}/en-open-docs.jsonl.zst"  # kernel and Python docs, the KJV Bible
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,10 @@ class ExperimentSpec:
     io_lr: dict[str, float] = field(default_factory=dict)
     warmup: int = 20
     eval_points: int = 5  # held-out evaluations along training: the training curve
+    # log-spaced evaluations before the first of eval_points (runner.early_eval_batches): k is read where BPE reaches
+    # BPE-patch's BPB, which at k ~ 0.1 is long before the first regular point. Evaluation does not change training,
+    # so it is not part of a run's fingerprint: runs with and without them are one result.
+    early_eval_points: int = 0
     # the eval set: final_eval_batches blocks of one batch spread over the whole held-out split, the same samples
     # for every run (experiments/eval_noise.py); the final BPB reads all of it, curve points its first
     # eval_batches blocks (spread too; all of it when eval_batches >= final_eval_batches)
@@ -159,7 +164,8 @@ class ExperimentSpec:
     def run_fingerprint(self, run: RunSpec) -> str:
         """What decides a run's result: its spec, its first stage, the data and the budget (not the other runs)."""
         d = self.to_dict()
-        keep = {k: v for k, v in d.items() if k not in ("runs", "first_stages", "name", "description", "plots")}
+        keep = {k: v for k, v in d.items() if k not in ("runs", "first_stages", "name", "description", "plots",
+                                                          "early_eval_points")}  # fmt: skip
         if not keep.get("entropy_corpus"):
             keep.pop("entropy_corpus", None)  # unset: the fingerprints of earlier experiments stay what they were
         keep.update(run=asdict(run), first_stage=asdict(self.first_stages[run.first_stage]))
@@ -180,6 +186,7 @@ _AT_LEAST = {
     "batches": 1,
     "warmup": 0,
     "eval_points": 1,
+    "early_eval_points": 0,
     "eval_batches": 1,
     "final_eval_batches": 1,
     "seed": 0,
