@@ -140,11 +140,20 @@ def pair_runs(runs: list[dict[str, Any]], a_name: str, b_name: str) -> list[tupl
     return [(by[(a_name, s)], by[(b_name, s)]) for s in seeds]
 
 
+DEFAULT_PAIR = ("bpe-x0.5", "bpe-patch-x0.5")  # k-along-training's runs
+
+
 def analyse(
-    experiments: list[dict[str, Any]], *, a_name: str = "bpe-x0.5", b_name: str = "bpe-patch-x0.5",
+    experiments: list[dict[str, Any]], *, a_name: str | None = None, b_name: str | None = None,
     rate_suffix: str = "-lr0.01", readout: tuple[float, ...] = READOUT,
 ) -> dict[str, Any]:  # fmt: skip
-    """The readout described above from one or more results.json dicts (seeds and the rate check merged)."""
+    """The readout described above from one or more results.json dicts (seeds and the rate check merged).
+
+    The pair: `a_name` (BPE) and `b_name` (BPE-patch), else the first experiment's `k_along_pair` (infra/gpu/k_rung.py
+    names its best runs so), else k-along-training's."""
+    pair = experiments[0].get("k_along_pair") if experiments else None
+    default = tuple(pair) if isinstance(pair, list) and len(pair) == 2 else DEFAULT_PAIR
+    a_name, b_name = a_name or default[0], b_name or default[1]
     runs = [r for d in experiments for r in d["runs"]]
     pairs = pair_runs(runs, a_name, b_name)
     if not pairs:
