@@ -280,6 +280,48 @@ def _render_bench_train(r: dict[str, Any]) -> str:
     )
 
 
+@bench.command("step", cls=Command)
+@click.argument("config")
+@click.argument("overrides", nargs=-1)
+@click.option("--batches", type=click.IntRange(min=2), default=8, help="Batches of the shards run compiled.")
+@click.option(
+    "--backend",
+    default="aot_eager",
+    show_default=True,
+    help="torch.compile backend for recompiles and loss_compiled (inductor compiles C++: minutes at small on CPU).",
+)
+@json_option()
+def bench_step_cmd(config: str, overrides: tuple[str, ...], batches: int, backend: str, as_json: bool) -> None:
+    """What one training step of CONFIG's model dispatches (CPU, fp32, the CUDA code path's counts): aten ops,
+    host syncs (data-dependent ops), dynamo graph breaks, recompiles over --batches batches of its training
+    shards, and the loss eager and compiled.
+
+    \b
+    Example:
+      hbpe bench step tiny data.train=runs/demo/shards-train --batches 8 --json
+    """
+    from hbpe import api
+    from hbpe.training.step_probe import probe_step
+
+    cfg = api.train_config(config, list(quiet_console(overrides)))
+    emit(probe_step(cfg, batches=batches, backend=backend), as_json, _render_bench_step)  # backend: see probe_step
+
+
+def _render_bench_step(r: dict[str, Any]) -> str:
+    return "\n".join([
+        f"{r['model_size']} {r['io']} ({r['local_layout']}, attention {r['packed_attention']}), "
+        f"{r['params'] / 1e6:.2f}M parameters, batch {r['batch']}, torch {r['torch']}",
+        f"aten ops per step: {r['aten_ops']} (+{r['views']} views), casts {r['casts']}, matmuls {r['matmuls']}",
+        f"host syncs per step: {r['host_syncs']} {r['host_sync_kinds']}; Composer's loop adds "
+        f"{r['loop_host_syncs']} {r['loop_host_sync_kinds']}",
+        f"graph breaks: {r['graph_breaks']} ({r['graphs']} graphs) {r['break_reasons']}"
+        if r.get("graph_breaks_failed") is None else f"graph breaks: dynamo failed: {r['graph_breaks_failed']}",
+        f"recompiles over {r['batches']} batches ({r['backend']}): {r['recompiles']}; loss eager {r['loss_eager']:.6f}, "
+        f"compiled {r['loss_compiled']:.6f} (rel diff {r['loss_rel_diff']:.1e})"
+        if r.get("compiled_losses_failed") is None else f"compiled: failed: {r['compiled_losses_failed']}",
+    ])  # fmt: skip
+
+
 @bench.command("generate", cls=Command)
 @checkpoint_option()
 @click.option("--prompt", default="The State of the Union", help="The prompt of every run.")
