@@ -402,6 +402,12 @@ def plot(analysis: dict[str, Any], path: Path) -> None:
                       [p["gap_ci95"][1] for p in gb], alpha=0.25, color="C1")  # fmt: skip
     ax_g.axhline(0, c="k", lw=0.8)
     ax_g.set(xscale="log", xlabel="tokens per BPE-patch parameter", ylabel="gap: BPB(BPE-patch) - BPB(BPE)")
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+    for ax in (ax_k, ax_g) if pts else (ax_g,):  # plain numbers at round tokens per parameter, not 3x10^0
+        ax.xaxis.set_major_locator(FixedLocator([1, 2, 5, 10, 20, 40, 100, 200]))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_locator(NullLocator())
     fig.suptitle(f"k along training: {analysis['b']} vs {analysis['a']}, seeds {analysis['seeds']}")
     fig.tight_layout()
     tmp = path.with_name(path.name + ".partial.png")
