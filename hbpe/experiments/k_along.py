@@ -145,7 +145,7 @@ DEFAULT_PAIR = ("bpe-x0.5", "bpe-patch-x0.5")  # k-along-training's runs
 
 def analyse(
     experiments: list[dict[str, Any]], *, a_name: str | None = None, b_name: str | None = None,
-    rate_suffix: str = "-lr0.01", readout: tuple[float, ...] = READOUT,
+    rate_suffix: str = "-lr", readout: tuple[float, ...] = READOUT,
 ) -> dict[str, Any]:  # fmt: skip
     """The readout described above from one or more results.json dicts (seeds and the rate check merged).
 
@@ -269,7 +269,7 @@ def rate_check(
     BPB(other rate) - BPB(main), paired bootstrap interval (< 0: the other rate is better there)."""
     out = []
     for main_index, name in enumerate(names):
-        for other in (r for r in runs if r.get("name") == name + suffix):
+        for other in (r for r in runs if str(r.get("name", "")).startswith(name + suffix)):
             main = next((p[main_index] for p in pairs if p[main_index]["seed"] == other["seed"]), None)
             if main is None:
                 continue

@@ -376,18 +376,23 @@ def k_along_training(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]
 
 
 K_ALONG_RATE_CHECK = 2870  # batches: 15 tokens per BPE-patch parameter (195,120 x 15 / 1,024)
+K_ALONG_RATES = (1e-2, 1e-3)  # either side of the main runs' 3e-3
 
 
 def k_along_training_lr(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
-    """k-along-training's pair at 1e-2 to 15 tokens per BPE-patch parameter: is 3e-3 the better rate there?
+    """k-along-training's pair at 1e-2 and 1e-3 to 15 tokens per BPE-patch parameter: is 3e-3 the better rate there?
 
     The same data, eval set and curve-point spacing (every 191 batches, as k-along-training's), so the two rates are
     compared at the same training bytes (k_along.py). Estimate: 6-35 minutes.
     """
     fs = f"v{CROSSOVER_VOCAB}"
-    runs = tuple(_run(f"{r.name}-lr0.01", r.model["io"], fs, scaled(0.5), lr=1e-2) for r in _pair("-x0.5", fs, {}))
+    runs = tuple(
+        _run(f"{r.name}-lr{lr:g}", r.model["io"], fs, scaled(0.5), lr=lr)
+        for lr in K_ALONG_RATES
+        for r in _pair("-x0.5", fs, {})
+    )
     budget = {**K_ALONG_BUDGET, "eval_points": K_ALONG_RATE_CHECK // (K_ALONG_BATCHES // 40)}
-    return _ladder("k-along-training-lr", "k-along-training's pair at lr 1e-2 to 15 tokens per BPE-patch parameter",
+    return _ladder("k-along-training-lr", "k-along-training's pair at lr 1e-2 and 1e-3 to 15 tokens per BPE-patch parameter",
                    runs, train_corpus or K_ALONG_CORPUS, eval_corpus, batches=K_ALONG_RATE_CHECK, seeds=1,
                    **budget)  # fmt: skip
 
