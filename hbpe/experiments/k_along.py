@@ -190,18 +190,21 @@ def analyse(
         gap_point.append(est_b - est_a)
         gap_boot.append(boot_b - boot_a)
 
-    n = min(len(s["k"]) for s in seeds)
-    tpp = np.mean([s["tokens_per_param"][:n] for s in seeds], axis=0)
-    x_bytes = np.mean([s["x_bytes"][:n] for s in seeds], axis=0)
-    k_mean = _geo([k[:n] for k in k_point])  # (points,)
-    k_boot_mean = _geo([kb[:, :n] for kb in k_boot])  # (BOOTSTRAP, points)
-    gap_mean = np.mean([g[:n] for g in gap_point], axis=0)
-    gap_boot_mean = np.mean([g[:, :n] for g in gap_boot], axis=0)
+    # the seeds' points at the batches every seed evaluated (a run with early points holds more of them)
+    common = sorted(set.intersection(*(set(s["batches"].tolist()) for s in seeds)))
+    at = [[s["batches"].tolist().index(c) for c in common] for s in seeds]
+    n = len(common)
+    tpp = np.mean([s["tokens_per_param"][i] for s, i in zip(seeds, at, strict=True)], axis=0)
+    x_bytes = np.mean([s["x_bytes"][i] for s, i in zip(seeds, at, strict=True)], axis=0)
+    k_mean = _geo([k[i] for k, i in zip(k_point, at, strict=True)])  # (points,)
+    k_boot_mean = _geo([kb[:, i] for kb, i in zip(k_boot, at, strict=True)])  # (BOOTSTRAP, points)
+    gap_mean = np.mean([g[i] for g, i in zip(gap_point, at, strict=True)], axis=0)
+    gap_boot_mean = np.mean([g[:, i] for g, i in zip(gap_boot, at, strict=True)], axis=0)
 
     points = []
     for j in range(n):
         points.append({
-            "batch": int(seeds[0]["batches"][j]), "train_bytes": float(x_bytes[j]),
+            "batch": int(common[j]), "train_bytes": float(x_bytes[j]),
             "tokens_per_param": float(tpp[j]), "k": _finite(k_mean[j]),
             "k_ci95": _interval(list(k_boot_mean[:, j])), "gap": float(gap_mean[j]),
             "gap_ci95": _interval(list(gap_boot_mean[:, j])),

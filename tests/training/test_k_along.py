@@ -191,3 +191,17 @@ def test_early_evaluations_add_curve_points_and_leave_training_unchanged(tmp_pat
     assert [p["batch"] for p in finals[3]["curve"]] == [1, 2, 3, 4, 8]  # geomspace(1, 4, 4) without 4
     assert finals[3]["curve"][3:] == finals[0]["curve"]  # the same points at 4 and 8, to the bit
     assert finals[3]["bpb"] == finals[0]["bpb"] and finals[3]["fingerprint"] == finals[0]["fingerprint"]
+
+
+def test_seeds_are_averaged_at_the_batches_every_seed_evaluated():
+    """A seed run with early evaluation points holds more points than one run without: matched by batch."""
+    plain = experiment(lambda x: 0.12, seeds=(17,))
+    early = experiment(lambda x: 0.12, seeds=(18,))
+    extra = curve([5, 10, 15], 4000.0, lambda x: 0.12)  # BPE-patch's early points, before batch 25
+    early["runs"][1]["curve"] = extra + early["runs"][1]["curve"]
+    early["runs"][0]["curve"] = curve([1, 2, 5, 10, 15], 4000.0, None) + early["runs"][0]["curve"]
+    a = k_along.analyse([plain, early])
+    alone = k_along.analyse([plain])
+    assert [p["batch"] for p in a["points"]] == [p["batch"] for p in alone["points"]]
+    assert [p["gap"] for p in a["points"]] == pytest.approx([p["gap"] for p in alone["points"]], rel=1e-12)
+    assert_same_k([p["k"] for p in a["points"]], [p["k"] for p in alone["points"]])
