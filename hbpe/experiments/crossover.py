@@ -30,6 +30,12 @@ means BPE reaches BPE-patch's BPB with a quarter of the bytes (BPE-patch needs 1
 data); k = 1 would be parity. Against FLOPs it is the compute factor. Where BPE-patch's BPB lies
 outside BPE's curve k is not measured, only bounded (k_bound: below BPE's first point, above its
 last). Over seeds (paired), the interval is t over log10 k.
+
+The gap's straight line is a description, not a forecast: two copies of one decelerating curve shifted along x by a
+constant data factor give a gap that shrinks toward 0 and never crosses it, and the line would still "cross". What
+can say both "BPE-patch catches up" and "it never does" is a line through log10 k against log10 x (fit_factor):
+k rising with an interval above 0 reaches parity (k = 1) at x* = x0 - m / b (Fieller's interval as above); k flat
+or falling does not reach it. Reports give that reading (`k_trend`); the gap's line keeps its slope only.
 """
 
 from __future__ import annotations
@@ -173,6 +179,41 @@ def fit_gap(per_seed: list[list[dict[str, float]]], *, batches: int, fit_from: f
     }
 
 
+def fit_factor(per_seed: list[list[dict[str, Any]]], *, batches: int, fit_from: float = FIT_FROM) -> dict[str, Any]:
+    """log10 k ~ m + b (log10 x - x0) over each seed's measured factor points (factor_points) past the first
+    `fit_from` of the batches: k's slope per decade with t's interval (over seeds, else over one seed's points),
+    where k would reach 1, and the reading (see the module's docstring)."""
+    cut = fit_from * batches
+    used = [[p for p in pts if p["batch"] > cut and p.get("k") is not None and p["k"] > 0] for pts in per_seed]
+    if not used or min(len(u) for u in used) < 3:
+        return {"fit": None, "reason": f"fewer than 3 measured k after the first {fit_from:.0%} of the runs"}
+    x0 = float(np.mean([p["x"] for u in used for p in u]))
+    lines = [fit_line([p["x"] for p in u], [math.log10(p["k"]) for p in u], x0) for u in used]
+    if len(used) >= 2:
+        ms, bs = np.array([f["m"] for f in lines]), np.array([f["b"] for f in lines])
+        m, b = float(ms.mean()), float(bs.mean())
+        se_m, se_b = float(ms.std(ddof=1)) / math.sqrt(len(used)), float(bs.std(ddof=1)) / math.sqrt(len(used))
+        t, over = t975(len(used) - 1), f"over {len(used)} seeds (t, {len(used) - 1} df)"
+    else:
+        f = lines[0]
+        if f["df"] < 1:
+            return {"fit": None, "reason": "too few measured k for an interval"}
+        m, b, se_m, se_b = f["m"], f["b"], f["se_m"], f["se_b"]
+        t, over = t975(f["df"]), f"over {len(used[0])} points of one seed (t, {f['df']} df; points are correlated)"
+    lo, hi = b - t * se_b, b + t * se_b
+    parity = x0 - m / b if b > 0 and m < 0 else None  # log10 x where the line reaches k = 1
+    parity_ci = [None if u is None else x0 + u for u in fieller(m, b, se_m, se_b, t)] if parity is not None else None
+    if lo > 0:
+        reading = "k rises toward 1" if m < 0 else "k is at or above 1"
+    elif hi < 0:
+        reading = "k falls: BPE-patch falls further behind in data"
+    else:
+        reading = "k flat within its interval: no parity in sight"
+    return {"fit": {"x0": x0, "m": m, "b": b, "se_m": se_m, "se_b": se_b, "t": t, "interval_over": over},
+            "slope": b, "slope_ci95": [lo, hi], "parity_log10": parity if lo > 0 else None,
+            "parity_ci95_log10": parity_ci if lo > 0 else None, "reading": reading}  # fmt: skip
+
+
 def reach(curve: list[dict[str, float]], key: str, bpb: float) -> float | None:
     """The x (`key`) where `curve` first reaches `bpb`, linear in log x between its points; None outside it."""
     for p, q in zip(curve, curve[1:]):
@@ -259,12 +300,13 @@ def analyse_pair(
         fit = fit_gap(per_seed, batches=batches)
         curve = mean_curve([[{**p, "bpb": p["delta"]} for p in pts] for pts in per_seed])
         final = [pts[-1]["delta"] for pts in per_seed if pts]
-        factor = factor_over_seeds([factor_points(a["curve"], b["curve"], key) for a, b in pairs])
+        factors = [factor_points(a["curve"], b["curve"], key) for a, b in pairs]
         out[name] = {
             "x": key,
             "curve": [_gap_point(p, key) for p in curve],
             "delta_at_end": final,  # at the last point both reached (equal bytes, or equal compute)
-            "factor": factor,  # k: where BPE reaches BPE-patch's BPB, over BPE-patch's x
+            "factor": factor_over_seeds(factors),  # k: where BPE reaches BPE-patch's BPB, over BPE-patch's x
+            "k_trend": fit_factor(factors, batches=batches),  # does k head for 1? (the reading; not the gap's line)
             **fit,
         }
     return out
@@ -282,8 +324,9 @@ def describe(analysis: dict[str, Any], label_a: str, label_b: str) -> list[str]:
              "curve points' eval set; k = the x where " + label_a + " reaches " + label_b + "'s BPB, over "
              f"{label_b}'s x (k < 1: {label_a} needs k times the data or compute; geometric mean [95% over seeds], "
              f"at the last point of {label_b}'s curve every seed measured; ≤/≥: a bound, outside {label_a}'s curve):", ""]  # fmt: skip
-    lines += ["| against | gap at the end (mean ± std of seeds) | slope per decade [95%] | crossover [95%] | "
-              "k at the end [95%] | reading |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["| against | gap at the end (mean ± std of seeds) | gap's slope per decade [95%] | k at the end [95%] | "
+              "k's slope per decade [95%] | k = 1 at [95%] | reading (k's trend) |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
     unit = {"bytes": "training bytes (k: data factor)", "paper": "training FLOPs (paper count, own context; k: "
             "compute factor)", "executed": "training FLOPs (executed; k: compute factor)"}  # fmt: skip
     for name in ("bytes", "paper", "executed"):
@@ -291,17 +334,20 @@ def describe(analysis: dict[str, Any], label_a: str, label_b: str) -> list[str]:
         d = np.array(a["delta_at_end"], dtype=float)
         end = f"{d.mean():+.4f}" + (f" ± {d.std(ddof=1):.4f}" if len(d) > 1 else "") if len(d) else "–"
         k = _show_k(a.get("factor", {}))
-        if a.get("fit") is None:
-            lines.append(f"| {unit[name]} | {end} | – | – | {k} | {a.get('reason', 'no fit')} |")
-            continue
-        lo, hi = a["slope_ci95"]
-        cx, ci = a["crossover_log10"], a["crossover_ci95_log10"]
-        cross = "–" if cx is None else f"10^{cx:.2f}"
-        if cx is not None and ci is not None:
-            cross += " [" + ", ".join("∞" if v is None else f"10^{v:.2f}" for v in ci) + "]"
-        lines.append(
-            f"| {unit[name]} | {end} | {a['slope']:+.4f} [{lo:+.4f}, {hi:+.4f}] | {cross} | {k} | {a['verdict']} |"
+        gap_slope = (
+            "–" if a.get("fit") is None else f"{a['slope']:+.4f} [{a['slope_ci95'][0]:+.4f}, {a['slope_ci95'][1]:+.4f}]"
         )
+        trend = a.get("k_trend") or {"fit": None, "reason": "not fitted"}
+        if trend.get("fit") is None:
+            lines.append(f"| {unit[name]} | {end} | {gap_slope} | {k} | – | – | {trend['reason']} |")
+            continue
+        lo, hi = trend["slope_ci95"]
+        cx, ci = trend["parity_log10"], trend["parity_ci95_log10"]
+        parity = "never (k not rising)" if cx is None else f"10^{cx:.2f}"
+        if cx is not None and ci is not None:
+            parity += " [" + ", ".join("∞" if v is None else f"10^{v:.2f}" for v in ci) + "]"
+        lines.append(f"| {unit[name]} | {end} | {gap_slope} | {k} | {trend['slope']:+.4f} [{lo:+.4f}, {hi:+.4f}] | "
+                     f"{parity} | {trend['reading']} |")  # fmt: skip
     noise = analysis.get("final_gap_eval_noise")
     if noise is not None:
         lo, hi = noise["ci95"]
@@ -311,7 +357,9 @@ def describe(analysis: dict[str, Any], label_a: str, label_b: str) -> list[str]:
     if b.get("fit") is not None:
         lines += ["", f"Each run's first {FIT_FROM:.0%} of training (batch {b['fit_from_batch']:.0f}) is left out "
                   f"of every fit (the steep start and the warm-up), cut by its own batches on every axis; slope "
-                  f"interval {b['fit']['interval_over']}."]  # fmt: skip
+                  f"interval {b['fit']['interval_over']}. The gap's line is a description only: a gap can shrink "
+                  "at a constant k (two copies of one flattening curve), so where it would reach 0 is not "
+                  "reported; k's line says whether and where parity (k = 1) would come."]  # fmt: skip
     return lines
 
 

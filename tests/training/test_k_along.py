@@ -206,3 +206,25 @@ def test_seeds_are_averaged_at_the_batches_every_seed_evaluated():
     assert [p["batch"] for p in a["points"]] == [p["batch"] for p in alone["points"]]
     assert [p["gap"] for p in a["points"]] == pytest.approx([p["gap"] for p in alone["points"]], rel=1e-12)
     assert_same_k([p["k"] for p in a["points"]], [p["k"] for p in alone["points"]])
+
+
+def test_the_k_line_says_where_parity_would_come_or_that_it_would_not():
+    from hbpe.experiments.crossover import fit_factor
+
+    def points(law, seed_noise=0.0):
+        xs = np.arange(6.0, 7.01, 0.05)  # log10 bytes
+        return [{"batch": 100 * (i + 1), "x": float(x), "k": float(law(x) * (1 + seed_noise * (-1) ** i))}
+                for i, x in enumerate(xs)]  # fmt: skip
+
+    # log10 k = -1 + 0.5 (x - 6): k = 1 at log10 x = 8, whatever the seeds' small disagreement
+    rising = fit_factor([points(lambda x: 10 ** (-1 + 0.5 * (x - 6)), e) for e in (0.01, -0.01)], batches=2100)
+    assert rising["slope"] == pytest.approx(0.5, rel=1e-2) and rising["parity_log10"] == pytest.approx(8.0, abs=0.05)
+    assert rising["reading"] == "k rises toward 1"
+    lo, hi = rising["parity_ci95_log10"]
+    assert lo < 8.0 < (hi if hi is not None else math.inf)
+    # a constant k: the gap of two shifted curves shrinks, but k's line never reaches 1
+    flat = fit_factor([points(lambda x: 0.12, e) for e in (0.02, -0.02)], batches=2100)
+    assert flat["parity_log10"] is None and flat["reading"].startswith("k flat")
+    falling = fit_factor([points(lambda x: 10 ** (-1 - 0.3 * (x - 6)))] * 2, batches=2100)
+    assert falling["slope"] == pytest.approx(-0.3) and falling["reading"].startswith("k falls")
+    assert fit_factor([points(lambda x: 0.1)[:2]], batches=2100)["fit"] is None  # too few points
