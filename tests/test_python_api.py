@@ -62,7 +62,8 @@ def test_the_public_names_are_all_there():
 
     assert set(hbpe.__all__) == DOCUMENTED and len(hbpe.__all__) == len(DOCUMENTED)
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### From Python") : readme.index("## Layout")]
+    start = readme.index("### From Python")
+    section = readme[start : readme.index("\n## ", start)]  # to the next section
     assert set(re.findall(r"hbpe\.(\w+)", section)) == DOCUMENTED | {"training"}  # and the lower-level package
     # every public function of hbpe/api.py is exported, and each name is that function, with a docstring
     defined = {n for n, f in inspect.getmembers(api, inspect.isfunction) if f.__module__ == api.__name__}
