@@ -85,12 +85,16 @@ class SyncCalls(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def count_step(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+def count_step(model: Any, batch: dict[str, torch.Tensor], *, autocast: str = "fp32") -> dict[str, Any]:
     """Counts of one eager forward + loss + backward of a ComposerModel on `batch`, and of Composer's per-batch
-    extras (the training metrics' update and the FLOP count)."""
+    extras (the training metrics' update and the FLOP count). `autocast="bf16"`: the forward under CPU bf16
+    autocast, as CUDA's amp_bf16 runs it (its casts are what a GPU step pays)."""
     dispatch, calls = DispatchCounts(), SyncCalls()
+    amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast == "bf16")
     with calls, dispatch:
-        loss = model.loss(model(batch), batch)
+        with amp:
+            outputs = model(batch)
+        loss = model.loss(outputs, batch)
         loss.backward()
     model.zero_grad(set_to_none=True)
     extra_dispatch, extra_calls = DispatchCounts(), SyncCalls()
@@ -159,7 +163,7 @@ def compiled_losses(model: Any, batches: list[dict[str, torch.Tensor]], *, backe
             "loss_rel_diff": abs(first - eager) / max(abs(eager), 1e-30)}  # fmt: skip
 
 
-def probe_step(cfg: Any, *, batches: int = 8, backend: str = "aot_eager") -> dict[str, Any]:
+def probe_step(cfg: Any, *, batches: int = 8, backend: str = "aot_eager", autocast: str = "fp32") -> dict[str, Any]:
     """`hbpe bench step`: the counts above for the model of train config `cfg` on its training shards (fp32, CPU)."""
     import tempfile
     from dataclasses import replace
@@ -175,7 +179,7 @@ def probe_step(cfg: Any, *, batches: int = 8, backend: str = "aot_eager") -> dic
             model = run.trainer.state.model
             loader = iter(run.trainer.state.train_dataloader)
             data = [next(loader) for _ in range(batches)]
-            counts = count_step(model, data[0])
+            counts = count_step(model, data[0], autocast=autocast)
             breaks = _or_failure(graph_breaks, model, data[0], keys=("graph_breaks", "graphs", "break_reasons"))
             compiled = _or_failure(compiled_losses, model, data, backend=backend, keys=COMPILED_KEYS)
         finally:
@@ -188,6 +192,7 @@ def probe_step(cfg: Any, *, batches: int = 8, backend: str = "aot_eager") -> dic
         "params": sum(p.numel() for p in model.parameters()),
         "batch": [int(v) for v in data[0]["tokens"].shape],
         "batches": batches,
+        "autocast": autocast,  # of the counts; graph breaks, recompiles and the losses are fp32
         **counts,
         **breaks,
         "backend": backend,

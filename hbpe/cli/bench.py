@@ -290,8 +290,17 @@ def _render_bench_train(r: dict[str, Any]) -> str:
     show_default=True,
     help="torch.compile backend for recompiles and loss_compiled (inductor compiles C++: minutes at small on CPU).",
 )
+@click.option(
+    "--autocast",
+    type=click.Choice(["fp32", "bf16"]),
+    default="fp32",
+    show_default=True,
+    help="The counted step's forward under CPU bf16 autocast, as CUDA's amp_bf16 (its casts).",
+)
 @json_option()
-def bench_step_cmd(config: str, overrides: tuple[str, ...], batches: int, backend: str, as_json: bool) -> None:
+def bench_step_cmd(
+    config: str, overrides: tuple[str, ...], batches: int, backend: str, autocast: str, as_json: bool
+) -> None:
     """What one training step of CONFIG's model dispatches (CPU, fp32, the CUDA code path's counts): aten ops,
     host syncs (data-dependent ops), dynamo graph breaks, recompiles over --batches batches of its training
     shards, and the loss eager and compiled.
@@ -304,14 +313,15 @@ def bench_step_cmd(config: str, overrides: tuple[str, ...], batches: int, backen
     from hbpe.training.step_probe import probe_step
 
     cfg = api.train_config(config, list(quiet_console(overrides)))
-    emit(probe_step(cfg, batches=batches, backend=backend), as_json, _render_bench_step)  # backend: see probe_step
+    emit(probe_step(cfg, batches=batches, backend=backend, autocast=autocast), as_json, _render_bench_step)
 
 
 def _render_bench_step(r: dict[str, Any]) -> str:
     return "\n".join([
         f"{r['model_size']} {r['io']} ({r['local_layout']}, attention {r['packed_attention']}), "
         f"{r['params'] / 1e6:.2f}M parameters, batch {r['batch']}, torch {r['torch']}",
-        f"aten ops per step: {r['aten_ops']} (+{r['views']} views), casts {r['casts']}, matmuls {r['matmuls']}",
+        f"aten ops per step ({r['autocast']}): {r['aten_ops']} (+{r['views']} views), casts {r['casts']}, "
+        f"matmuls {r['matmuls']}",
         f"host syncs per step: {r['host_syncs']} {r['host_sync_kinds']}; Composer's loop adds "
         f"{r['loop_host_syncs']} {r['loop_host_sync_kinds']}",
         f"graph breaks: {r['graph_breaks']} ({r['graphs']} graphs) {r['break_reasons']}"
