@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +106,47 @@ def library_chatter_restored():
     from hbpe.pipeline.library_chatter import quiet_libraries
 
     quiet_libraries(False)
+
+
+@contextlib.contextmanager
+def private_hf_modules(folder: Path) -> Iterator[Path]:
+    """transformers copies the remote code of a `trust_remote_code` load into HF_MODULES_CACHE and imports it from
+    there as `transformers_modules.<folder name>.*`; by default ~/.cache/huggingface/modules, which every test run
+    and xdist worker rewrote. Here `folder` holds it (for subprocesses too), the modules are imported afresh from
+    it, and everything is put back after. transformers reads the variable once, at import, into
+    dynamic_module_utils.HF_MODULES_CACHE: that constant is patched. A model loaded here is used here."""
+    import sys
+
+    import transformers.dynamic_module_utils as dynamic
+    import transformers.utils.hub as hub
+
+    def remote_modules() -> dict:
+        return {k: m for k, m in sys.modules.items() if k.split(".")[0] == "transformers_modules"}
+
+    before = (os.environ.get("HF_MODULES_CACHE"), dynamic.HF_MODULES_CACHE, hub.HF_MODULES_CACHE, sys.path[:])
+    modules = remote_modules()
+    for name in modules:
+        del sys.modules[name]
+    os.environ["HF_MODULES_CACHE"] = dynamic.HF_MODULES_CACHE = hub.HF_MODULES_CACHE = str(folder)
+    sys.path[:] = [p for p in sys.path if p not in before[1:3]]  # `transformers_modules` is found in folder only
+    try:
+        yield folder
+    finally:
+        if before[0] is None:
+            os.environ.pop("HF_MODULES_CACHE", None)
+        else:
+            os.environ["HF_MODULES_CACHE"] = before[0]
+        dynamic.HF_MODULES_CACHE, hub.HF_MODULES_CACHE, sys.path[:] = before[1], before[2], before[3]
+        for name in remote_modules():
+            del sys.modules[name]
+        sys.modules.update(modules)
+
+
+@pytest.fixture
+def hf_modules(tmp_path) -> Iterator[Path]:
+    """This test's own HF_MODULES_CACHE (private_hf_modules): `pytestmark = pytest.mark.usefixtures("hf_modules")`."""
+    with private_hf_modules(tmp_path / "hf-modules") as folder:
+        yield folder
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is local: a network call would be a bug
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("hf_modules")  # each test loads the remote code into its own folder
 
 PROMPTS = ["The State of the Union", "Mr. Speaker, we must", "In 1950"]
 
@@ -36,8 +37,9 @@ def lively(tiny_run, tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
-def hf(lively):
+@pytest.fixture
+def hf(lively, hf_modules):
+    """The lively export through transformers, loaded by each test into its own modules folder (hf_modules)."""
     model = transformers.AutoModelForCausalLM.from_pretrained(lively, trust_remote_code=True).eval()
     return model, transformers.AutoTokenizer.from_pretrained(lively, trust_remote_code=True)
 
@@ -84,6 +86,82 @@ def test_sampling_with_a_seed_is_reproducible(hf):
     assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
     greedy = model.generate(**enc, max_new_tokens=20)
     assert not torch.equal(runs[0], greedy)
+
+
+def test_the_hf_sampler_draws_from_the_distribution_hbpe_samples_from():
+    """Temperature, then top_k, then top_p on the tempered probabilities, in both samplers (generation_hbpe.py and
+    hbpe's sampling.py): their frequencies over many draws against the rule's probabilities, not one seeded draw."""
+    from hbpe.training.checkpoint.hf.generation_hbpe import Sampling as HfSampling
+    from hbpe.training.inference.sampling import Sampling
+
+    logits = torch.tensor([4.0, 3.0, 2.0, 1.0, 0.0, -1.0, -2.0, -3.0])
+    temperature, top_k, top_p = 2.0, 6, 0.8
+    # by hand: at T=2 the top 6 have probabilities .414 .251 .152 .092 .056 .034, and the nucleus of 0.8 keeps the
+    # first 3 (.817); at T=1 it keeps 2: a sampler that divides by T after the cuts never draws symbol 2
+    want = torch.cat([torch.softmax(logits[:3] / temperature, 0), torch.zeros(5)])  # .507 .307 .186
+    n = 8000
+    config = transformers.GenerationConfig(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p)
+    torch.manual_seed(0)
+    hf_draws = HfSampling.of(config).choose(logits.expand(n, -1))
+    gen, hbpe = torch.Generator().manual_seed(0), Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+    hbpe_draws = torch.tensor([hbpe.choose(logits, gen) for _ in range(n)])
+    for draws in (hf_draws, hbpe_draws):
+        freq = torch.bincount(draws, minlength=len(logits)).float() / n
+        torch.testing.assert_close(freq, want, rtol=0, atol=0.03)  # over 5 standard deviations of a frequency
+
+
+def test_the_generate_cache_holds_each_rows_states_as_the_row_alone(hf, sample_texts):
+    """generate()'s latent cache (PatchCache) over a left-padded batch of a 3-token and a 40-token prompt, the rows
+    advancing by different numbers of patches a step (as a patch of several tokens does), some not at all: each
+    row's latent state after each step is the forward pass's over that row alone (no cache, no padding)."""
+    model, tok = hf
+    short, long = tok(PROMPTS[2])["input_ids"], tok(sample_texts[0])["input_ids"][:60]
+    rows, done = [short + long[:12], long], [len(short), 40]  # each row's tokens; the prompt's length
+    enc = tok.pad({"input_ids": [row[:n] for row, n in zip(rows, done)]}, return_tensors="pt")
+    assert (enc["attention_mask"][0] == 0).sum() == 40 - len(short)  # left padding: filler slots in the cache
+    with torch.inference_mode():
+        cache = model.prepare_inputs_for_generation(enc["input_ids"])["past_key_values"]
+        cache.step(enc["input_ids"], enc["attention_mask"])  # generate()'s first step: the marker, each prompt
+        for step in ({0: 3, 1: 1}, {1: 1}, {0: 1, 1: 2}, {0: 2, 1: 1}):
+            new = {b: [list(tok.token_patch(i)) for i in rows[b][done[b] : done[b] + k]] for b, k in step.items()}
+            states = cache._advance(new)  # (n, D): after each listed row's last new patch
+            for (b, k), got in zip(step.items(), states):
+                done[b] += k
+                alone = model(input_ids=torch.tensor([rows[b][: done[b] + 1]])).hidden_states[0, -1]
+                torch.testing.assert_close(got, alone, rtol=1e-5, atol=1e-5)
+
+
+def test_each_row_of_a_left_padded_batch_scores_as_it_does_alone(hf, sample_texts):
+    model, tok = hf
+    texts = [PROMPTS[2], sample_texts[1][:300]]  # 3 and about 60 tokens: the short row is mostly padding
+    enc = tok(texts, return_tensors="pt", padding=True)
+    assert (enc["attention_mask"][0] == 0).sum() > 40
+    labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+    with torch.inference_mode():
+        batch = model(**enc)
+        for b, text in enumerate(texts):
+            one = tok(text, return_tensors="pt")
+            alone = model(**one, labels=one["input_ids"])
+            n = one["input_ids"].shape[1]
+            torch.testing.assert_close(batch.logits[b, -n:], alone.logits[0], rtol=1e-5, atol=1e-5)
+            only_b = labels.masked_fill((torch.arange(len(texts)) != b)[:, None], -100)  # this row's loss alone
+            assert float(model(**enc, labels=only_b).nll_sum) == pytest.approx(float(alone.nll_sum), rel=1e-5)
+
+
+def test_an_all_zero_attention_mask_row_is_the_empty_prompt_hbpe_generate_continues(lively, hf):
+    from hbpe.training import load_model
+    from hbpe.training.inference.generate import generate
+
+    model, tok = hf
+    enc = tok(["", PROMPTS[0]], return_tensors="pt", padding=True)
+    assert not enc["attention_mask"][0].any()  # the tokenizer pads "" to a row of zeros
+    [text, _] = _new_text(tok, model.generate(**enc, max_new_tokens=12), enc["input_ids"].shape[1])
+    alone = model.generate(
+        input_ids=torch.tensor([[tok.eos_token_id]]), attention_mask=torch.tensor([[0]]), max_new_tokens=12
+    )
+    assert _new_text(tok, alone, 1) == [text]
+    hbpe_model, hbpe_tok, _ = load_model(str(lively))
+    assert generate(hbpe_model, hbpe_tok, "", max_bytes=len(text.encode())).text == text and len(set(text)) > 3
 
 
 def test_generate_stops_at_eos_token_id_and_refuses_what_it_cannot_honour(hf):

@@ -13,6 +13,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is local: a network call would be a bug
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("hf_modules")  # each test loads the remote code into its own folder
 
 
 @pytest.fixture(scope="module")
@@ -136,16 +137,15 @@ def test_plain_export_over_an_hf_export_leaves_no_hf_files(hf_dir, tiny_run, tmp
 def _readme_example() -> str:
     from tests.conftest import REPO
 
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("### Hugging Face") :]
-    return section[section.index("```python\n") + 10 : section.index("```\n", section.index("```python"))]
+    text = (REPO / "docs" / "huggingface.md").read_text()  # the README links to it
+    return text[text.index("```python\n") + 10 : text.index("```\n", text.index("```python"))]
 
 
 def test_readme_example_runs_and_round_trips_through_save_pretrained(hf_dir, tmp_path):
     from hbpe.pipeline.tokenizer import artifact
 
     env = {"DIR": str(hf_dir), "SAVED": str(tmp_path / "saved")}
-    exec(compile(_readme_example(), "README.md", "exec"), env)  # the README's code, as written
+    exec(compile(_readme_example(), "docs/huggingface.md", "exec"), env)  # the page's code, as written
     tok, out = env["tok"], env["out"]
     assert tok.decode(env["ids"]) == env["text"] == tok.decode_patches(env["patches"][0])
     hbpe_tok = artifact.load(hf_dir / "tokenizer")

@@ -10,5 +10,7 @@ folder, where hbpe may not be installed: they import only the standard library, 
 tiktoken and transformers (and each other, relatively), never `hbpe`. Their math is a copy of
 training/model/layers.py, local_models.py and the tokenizer's table gather, held equal by
 tests/training/test_hf_export.py (logits, BPB, tokens, patches against hbpe's own) and
-tests/training/test_hf_causal_lm.py (generate() against `hbpe generate`, the loss against hbpe's).
+tests/training/test_hf_causal_lm.py (generate() against `hbpe generate`, the loss against hbpe's). They refuse
+what hbpe's loader refuses (sizes out of hbpe's bounds, non-finite numbers or weights) with one ValueError; those
+bounds are copies of hbpe's, held equal by tests/training/test_hf_guards.py.
 """

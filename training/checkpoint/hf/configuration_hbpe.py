@@ -5,7 +5,24 @@ Shipped verbatim in `hbpe export --format hf` folders; imports only transformers
 
 from __future__ import annotations
 
+import math
+
 from transformers import PretrainedConfig
+
+# hbpe's bounds, copied (this file imports no hbpe) and held equal by tests/training/test_hf_guards.py: the model's
+# sizes (schemas/train_config.py MODEL_SIZE_LIMITS), V' and S (schemas/tokenizer_artifact.py MAX_VOCAB_SIZE,
+# MAX_PATCH_SIZE_LIMIT). config.json is untrusted: transformers builds whatever it says (latent_dim 1e12 asked for
+# 4 TB, heads 0 divided by zero, a NaN rope_theta generated garbage), so it is checked before a tensor is allocated.
+SIZE_LIMITS = {
+    "latent_layers": 1024, "latent_dim": 65536, "latent_ffn": 262144, "latent_heads": 1024, "local_dim": 65536,
+    "local_ffn": 262144, "local_heads": 1024, "encoder_layers": 1024, "decoder_layers": 1024, "max_patches": 1 << 20,
+}  # fmt: skip
+SYMBOLS_RANGE = (259, 1 << 16)  # V': the 256 bytes, EOP, PAD and EOD, then the merges
+PATCH_SIZE_RANGE = (1, 255)  # S
+# the first stage's vocabulary (hbpe bounds it by the tokenizer it checks against; the largest tiktoken encoding,
+# o200k, has 200k tokens): generate() writes a row of scores this long for every new token
+FIRST_STAGE_RANGE = (1, 1 << 22)
+FIX = "config.json was edited or damaged: export the model again (`hbpe export --format hf`)"
 
 
 class HbpeConfig(PretrainedConfig):
@@ -60,3 +77,40 @@ class HbpeConfig(PretrainedConfig):
         self.dropout, self.rope_theta, self.max_patches = dropout, rope_theta, max_patches
         kwargs.setdefault("tie_word_embeddings", True)  # E: one table for g_phi and m_psi (the head is its own)
         super().__init__(**kwargs)
+        self.check()
+
+    def check(self, *, model: bool = False) -> None:
+        """Every size an integer in hbpe's range, heads that split their width, finite numbers; `model`: an eos id
+        too (the document marker the model reads). One ValueError, before anything is allocated; the model checks
+        again (from_pretrained(DIR, latent_heads=0) sets a field after __init__)."""
+        ranges = {
+            **{name: (1, limit) for name, limit in SIZE_LIMITS.items()},
+            "vocab_size": FIRST_STAGE_RANGE, "symbol_vocab_size": SYMBOLS_RANGE, "max_patch_size": PATCH_SIZE_RANGE,
+        }  # fmt: skip
+        for name, (lo, hi) in ranges.items():
+            value = getattr(self, name)
+            if not _is_int(value) or not lo <= value <= hi:
+                _refuse(f"{name}={value!r} must be an integer in {lo}..{hi}")
+        for dim, heads in (("latent_dim", "latent_heads"), ("local_dim", "local_heads")):
+            d, h = getattr(self, dim), getattr(self, heads)
+            if d % h or (d // h) % 2:  # RoPE rotates pairs of channels within a head
+                _refuse(f"{dim}={d} must split into an even head size over {heads}={h}")
+        if not (_is_number(self.rope_theta) and math.isfinite(self.rope_theta) and self.rope_theta > 0):
+            _refuse(f"rope_theta={self.rope_theta!r} must be a finite number > 0 (RoPE's base, e.g. 10000)")
+        if not (_is_number(self.dropout) and 0 <= self.dropout < 1):  # NaN fails both comparisons
+            _refuse(f"dropout={self.dropout!r} must be a number in [0, 1)")
+        eos = self.eos_token_id
+        if (model or eos is not None) and not (_is_int(eos) and 0 <= eos < self.vocab_size):
+            _refuse(f"eos_token_id={eos!r} must be one token id in 0..{self.vocab_size - 1} (the document marker)")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON `true` must not pass as 1
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _refuse(problem: str) -> None:
+    raise ValueError(f"HbpeConfig: {problem}; {FIX}")

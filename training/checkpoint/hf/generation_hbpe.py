@@ -13,7 +13,9 @@ them, and the patch is turned into the token id(s) generate() appends:
     a patch without bytes (EOP alone)          -> no token: the latent model takes it and the decoder goes on
 
 so generate() writes what `hbpe generate` writes for the same choices. Rows of a batch keep their
-own positions (left padding does not shift them) and padded slots are masked. A token generate()
+own positions (left padding does not shift them) and padded slots are masked; a row whose attention_mask
+is all 0 is an empty prompt (what the tokenizer pads "" to), continued from the document marker alone as
+`hbpe generate --prompt ''` continues it. A token generate()
 feeds back that the model did not emit (a caller's choice) advances the latent model with its own
 patch. Shipped verbatim in `hbpe export --format hf` folders; imports only torch (hf/__init__.py).
 """
@@ -35,6 +37,35 @@ REFUSED = {
     "begin_suppress_tokens": None, "sequence_bias": None, "min_new_tokens": None, "min_length": 0,
     "forced_bos_token_id": None, "forced_eos_token_id": None, "guidance_scale": None,
 }  # fmt: skip
+# `hbpe generate`'s temperatures (training/inference/generate.py): logits / 1e-40 overflow float32 to inf (softmax:
+# NaN), / 1e308 underflow to a uniform draw
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 1e4
+
+
+def check_inputs(ids: torch.Tensor, attention_mask, *, generate: bool = False) -> None:
+    """input_ids (B >= 1, T >= 1) and an attention_mask of their shape holding 0 and 1, or one ValueError (a (2, 1)
+    mask was broadcast over (2, 4) ids; an empty batch failed deep inside transformers)."""
+    what = "generate() continues" if generate else "the model reads"
+    if ids.dim() != 2 or ids.shape[0] < 1 or ids.shape[1] < 1:
+        raise ValueError(
+            f"input_ids of shape {tuple(ids.shape)}: {what} a batch (batch >= 1, T >= 1) of token ids; an empty "
+            "prompt is a row of a padded batch whose attention_mask is all 0 (tokenizer(['', ...], padding=True)), "
+            "or alone input_ids=[[eos_token_id]] with attention_mask=[[0]]"
+        )
+    if attention_mask is None:
+        return
+    if not isinstance(attention_mask, torch.Tensor) or tuple(attention_mask.shape) != tuple(ids.shape):
+        shape = (
+            tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__
+        )
+        raise ValueError(
+            f"attention_mask of shape {shape} for input_ids of shape {tuple(ids.shape)}: it must have input_ids' "
+            "shape (1 = a token, 0 = padding); pass the tokenizer's, tokenizer(texts, padding=True, return_tensors='pt')"
+        )
+    if bool(((attention_mask != 0) & (attention_mask != 1)).any()):
+        raise ValueError(
+            "attention_mask holds values other than 0 and 1 (1 = a token, 0 = padding); pass the tokenizer's"
+        )
 
 
 # hbpe's generate.py rule: intra-op threads pay off above about a million multiply-adds per matmul; below, a
@@ -83,8 +114,21 @@ class Sampling:
             )
         if not config.do_sample:
             return cls()
-        top_p = config.top_p if config.top_p is not None and config.top_p < 1 else None
-        return cls(True, float(config.temperature or 1.0), config.top_k or None, top_p)
+        temperature, top_k, top_p = config.temperature, config.top_k, config.top_p
+        if not (_is_number(temperature) and MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE):  # NaN fails too
+            raise ValueError(
+                f"HbpeForCausalLM.generate: temperature={temperature!r} with do_sample=True must be a number in "
+                f"[{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}] (as `hbpe generate` takes); for greedy text set "
+                "do_sample=False"
+            )
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+            raise ValueError(f"HbpeForCausalLM.generate: top_k={top_k!r} must be an integer >= 0 (0: every symbol)")
+        if top_p is not None and not (_is_number(top_p) and 0 < top_p <= 1):
+            raise ValueError(
+                f"HbpeForCausalLM.generate: top_p={top_p!r} must be a number in (0, 1] (1: no cut; a top_p below the "
+                "largest probability is the greedy choice)"
+            )
+        return cls(True, float(temperature), top_k or None, top_p if top_p is not None and top_p < 1 else None)
 
     def choose(self, logits: torch.Tensor) -> torch.Tensor:
         """logits (n, V), PAD at -inf -> one symbol per row (n,); draws use torch's global generator."""
@@ -100,6 +144,20 @@ class Sampling:
             before = torch.cumsum(sorted_p, -1) - sorted_p  # mass of the more likely symbols
             probs = probs.scatter(-1, order, sorted_p.masked_fill(before >= self.top_p, 0.0))
         return torch.multinomial(probs, 1).squeeze(-1)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_finite_logits(logits: torch.Tensor) -> None:
+    """Each row's largest logit is finite (it is NaN if any logit is, +inf if any is), or one ValueError: NaN's
+    argmax picked a garbage symbol and a draw failed inside torch (hbpe's sampling.py check_finite_top)."""
+    if not bool(torch.isfinite(logits.max(-1).values).all()):
+        raise ValueError(
+            "HbpeForCausalLM.generate: the model's logits for the next symbol are not finite (NaN or inf): its "
+            "weights overflow in this dtype, or are damaged; load it in float32, or export an earlier checkpoint"
+        )
 
 
 def token_patches(tok, ids: list[int], eos: int) -> list[list[int]]:
@@ -272,6 +330,7 @@ class PatchCache:
             y, kv = dec.transformer.attend(x[:, None], torch.tensor([k], device=h.device), None, kv)  # (n, 1, d)
             logits = dec.head(y[:, 0]).float()  # (n, V')
             logits[:, PAD] = float("-inf")  # fills a patch, never generated
+            check_finite_logits(logits)
             picked = self.sampling.choose(logits)  # (n,)
             for i, s in enumerate(picked.tolist()):
                 if i in open_rows:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +30,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .configuration_hbpe import HbpeConfig
-from .generation_hbpe import EOD, IGNORE, PAD, PatchCache, Sampling, ids_to_patches, op_threads
+from .generation_hbpe import EOD, IGNORE, PAD, PatchCache, Sampling, check_inputs, ids_to_patches, op_threads
 
 
 class RMSNorm(nn.Module):
@@ -240,7 +241,9 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
 
     The model puts the document marker patch [EOD] before each row (hbpe's documents start with
     it), so every token is predicted, the first one included; the tokenizer's eos token is EOD.
-    Labels are the input ids, -100 (or attention_mask 0) where a token is not scored.
+    Labels are the input ids, -100 (or attention_mask 0) where a token is not scored. attention_mask has
+    input_ids' shape and holds 0 and 1; a row of zeros is an empty prompt: the document marker alone (nothing
+    scored; generate() continues it as `hbpe generate --prompt ''` does).
     `model(patches=p, labels=p)`, p (B, T, S) from `tokenizer.patches`, is hbpe's own batch layout:
     logits (B, T-1, S, V') of patches 2..T.
 
@@ -257,6 +260,7 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
     _is_stateful = True  # the cache holds each row's patches, which generate() cannot roll back
 
     def __init__(self, config: HbpeConfig) -> None:
+        config.check(model=True)  # before any tensor: a field set after HbpeConfig.__init__ is checked here
         super().__init__(config)
         self.latent = Transformer(
             layers=config.latent_layers, dim=config.latent_dim, ffn=config.latent_ffn, heads=config.latent_heads,
@@ -265,6 +269,13 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
         self.io = HierarchicalIO(config)
         self.hbpe_tokenizer = None  # HbpeTokenizer: token ids <-> patches; read from the model's folder when first used
         self.post_init()
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' from_pretrained, then every weight checked finite (it loads NaN as readily as numbers)."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        check_finite_weights(loaded[0] if isinstance(loaded, tuple) else loaded)  # output_loading_info=True: a pair
+        return loaded
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.io.encoder.embed  # E: the symbol table (V', d) that g_phi and m_psi read
@@ -311,6 +322,7 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
         elif patches is not None or (input_ids is not None and input_ids.dim() == 3):
             out = self._forward_patches(patches if patches is not None else input_ids, labels)
         elif input_ids is not None and input_ids.dim() == 2:
+            check_inputs(input_ids, attention_mask)
             out = self._forward_ids(input_ids, attention_mask, labels)
         else:
             shape = None if input_ids is None else tuple(input_ids.shape)
@@ -321,10 +333,11 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
         return out if return_dict is not False else out.to_tuple()
 
     def _forward_patches(self, patches: torch.Tensor, labels: torch.Tensor | None) -> HbpeCausalLMOutput:
-        if patches.dim() != 3 or patches.shape[-1] != self.config.max_patch_size:
+        shape = tuple(patches.shape)
+        if len(shape) != 3 or shape[-1] != self.config.max_patch_size or shape[0] < 1 or shape[1] < 2:
             raise ValueError(
-                f"HbpeForCausalLM takes patches of shape (batch, T, S={self.config.max_patch_size}), got "
-                f"{tuple(patches.shape)}: encode text with the export's HbpeTokenizer (`tokenizer.patches(text)`)"
+                f"HbpeForCausalLM takes patches of shape (batch >= 1, T >= 2, S={self.config.max_patch_size}), got "
+                f"{shape}: encode text with the export's HbpeTokenizer (`tokenizer.patches(text)`)"
             )
         patches = patches.long()
         h = self.latent(self.io.encoder(patches[:, :-1]), causal=True)  # (B, T-1, D): h_t = f_theta(g_phi(patch_<=t))
@@ -377,12 +390,15 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
         """transformers' generate(), each new token a patch of the local decoder (see the class docstring)."""
         config = copy.deepcopy(generation_config if generation_config is not None else self.generation_config)
         config.update(**kwargs)
-        self._sampling = Sampling.of(config)
+        sampling = Sampling.of(config)
+        ids = inputs if inputs is not None else kwargs.get("input_ids")
+        if isinstance(ids, torch.Tensor):  # before transformers' own code, which fails on them with other words
+            check_inputs(ids, kwargs.get("attention_mask"), generate=True)
         if tokenizer is not None:  # transformers reads it for stop_strings; this model maps ids to patches with it
             kwargs["tokenizer"] = tokenizer
             if getattr(tokenizer, "token_patch", None) is not None:
                 self.hbpe_tokenizer = tokenizer
-        ids = inputs if inputs is not None else kwargs.get("input_ids")
+        self._sampling = sampling
         try:
             with op_threads(self, 1 if ids is None else ids.shape[0]):
                 return super().generate(inputs, generation_config=generation_config, **kwargs)
@@ -395,3 +411,19 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
         if past_key_values is None:
             past_key_values = PatchCache(self, self.patch_tokenizer(), getattr(self, "_sampling", Sampling()))
         return {"input_ids": input_ids, "attention_mask": attention_mask, "past_key_values": past_key_values}
+
+
+def check_finite_weights(model: nn.Module) -> None:
+    """Every loaded floating-point weight is finite, or one ValueError naming the first that is not (hbpe's loader
+    refuses them too, training/checkpoint/load_checks.py): a diverged run's NaN generated one repeated token."""
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if not t.is_floating_point() or t.numel() == 0 or t.is_meta:  # meta: offloaded by a device_map
+            continue
+        lo, hi = torch.aminmax(t.detach())  # NaN if any value is, +-inf if any is: cheaper than isfinite().all()
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            bad = t.numel() - int(torch.isfinite(t).sum())
+            raise ValueError(
+                f"HbpeForCausalLM: weight {name} in {model.config._name_or_path!r} holds {bad} non-finite values (NaN "
+                f"or inf) of {t.numel()}: the training run diverged (or the file was damaged) before it was saved; "
+                "export an earlier checkpoint of the run (`hbpe export --format hf`)"
+            )
