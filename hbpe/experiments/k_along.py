@@ -1,4 +1,4 @@
-"""k along one long run (issue 36): is BPE-patch's data penalty under-training, or structural at this size?
+"""k along one long run: is BPE-patch's data penalty under-training, or structural at this size?
 
 At each curve point of the BPE-patch run (x_b bytes, BPB_b) the data factor is k = x_a / x_b, where x_a is where
 the BPE run's curve first reaches BPB_b (crossover.factor_points). Under-training predicts k rising toward 1 as
@@ -362,7 +362,7 @@ def render(analysis: dict[str, Any]) -> str:
               f"{v['k_at_end_of_readout']:.3f})." if "trend" in v else f": {v.get('why', '')}")]  # fmt: skip
     if "criteria" in v:
         c = v["criteria"]
-        lines += ["", f"Criteria (issue 36): under-training if {c['under_training']}; structural if {c['structural']}."]
+        lines += ["", f"Criteria, set before the run: under-training if {c['under_training']}; structural if {c['structural']}."]
     if analysis["rate_check"]:
         lines += ["", "Rate check (the other rate against the main run of its seed, at the last batch both "
                   "evaluated; < 0: the other rate is better there):", "",

@@ -345,7 +345,7 @@ def lr_sweep_width(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) 
                    io_lr=dict(SWEPT_IO_LR), plots=("curve", "lr"))  # fmt: skip
 
 
-# k along one long run (issue 36): does BPE-patch's data factor k rise toward 1 as tokens per parameter grow at a
+# k along one long run: does BPE-patch's data factor k rise toward 1 as tokens per parameter grow at a
 # fixed model (under-training), or stay flat or fall (structural at this size)? ladder-data's x0.5 pair (BPE 0.31M,
 # BPE-patch 0.20M parameters) on fresh text: en-sotu + en-open-docs (34 MB; kernel and Python documentation, the KJV
 # Bible), every 20th document held out (the documents lie grouped by source in file order, so the held-out split is
@@ -364,7 +364,7 @@ K_ALONG_BUDGET = dict(holdout_every=20, eval_points=40, eval_blocks=58, early_ev
 
 
 def k_along_training(train_corpus: tuple[str, ...], eval_corpus: tuple[str, ...]) -> ExperimentSpec:
-    """ladder-data's x0.5 pair over 40 tokens per BPE-patch parameter of fresh text, 40 curve points (issue 36).
+    """ladder-data's x0.5 pair over 40 tokens per BPE-patch parameter of fresh text, 40 curve points.
 
     Estimate (one torch thread, measured rates of ladder-data: BPE 25-40 KB/s, BPE-patch 6-19 KB/s on shared
     cores): 33 MB of training text, 15-25 minutes for BPE and 30-90 for BPE-patch a seed, evaluations included.

@@ -1,4 +1,4 @@
-"""A GPU rung for issue 36: BPE vs BPE-patch at ~2M parameters, 20 tokens per parameter, in under 7 minutes.
+"""A GPU rung for k: BPE vs BPE-patch at ~2M parameters, 20 tokens per parameter, in under 7 minutes.
 
 Models this small leave a GPU idle, so the four runs (BPE and BPE-patch, each at lr 1e-3 and 3e-3) train at once,
 one process each. Plain PyTorch (a lent machine's image has torch and no Composer): the model, loss and FLOP count
@@ -17,7 +17,7 @@ k-along` reads k, its slope and the gap with document-bootstrap intervals from t
     python infra/gpu/k_rung.py run runs/gpu-k/rows.npz OUT_DIR                  # on the GPU: 4 processes, <= 7 min
     python infra/gpu/k_rung.py report OUT_DIR                                   # results.json, k_rung.md, k-along
 
-Support for the paper's level (issue 36): k >= 0.7 and gap <= +0.05 at the end (best rate against best rate);
+Support for the paper's level (the criteria set with k-along-training): k >= 0.7 and gap <= +0.05 at the end (best rate against best rate);
 against: k <= 0.25 and gap >= +0.2. Each run's JSON is written after every curve point: a run cut short by the
 time budget keeps what it measured, and says so.
 """
