@@ -362,7 +362,10 @@ def render(analysis: dict[str, Any]) -> str:
               f"{v['k_at_end_of_readout']:.3f})." if "trend" in v else f": {v.get('why', '')}")]  # fmt: skip
     if "criteria" in v:
         c = v["criteria"]
-        lines += ["", f"Criteria, set before the run: under-training if {c['under_training']}; structural if {c['structural']}."]
+        lines += [
+            "",
+            f"Criteria, set before the run: under-training if {c['under_training']}; structural if {c['structural']}.",
+        ]
     if analysis["rate_check"]:
         lines += ["", "Rate check (the other rate against the main run of its seed, at the last batch both "
                   "evaluated; < 0: the other rate is better there):", "",
