@@ -37,21 +37,56 @@ def test_a_straight_gap_gives_its_slope_and_crossover():
     assert fit["verdict"] == "closes"
 
 
+# Student's t at 0.975 from a printed table (not crossover.py's): the intervals below are computed by hand from them
+T975_TABLE = {1: 12.706, 2: 4.303, 4: 2.776, 14: 2.145}
+
+
+def _gap_by_hand(bpe: list[dict], patch: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """(log10 bytes, BPB_patch - BPB_bpe) at the points past the first 20% of training (both curves share their
+    points: the same bytes at each batch)."""
+    kept = [(math.log10(p["train_bytes"]), p["bpb"] - q["bpb"]) for q, p in zip(bpe, patch) if p["batch"] > 400]
+    x, y = np.array(kept).T
+    return x, y
+
+
+def _slope_by_hand(bpe: list[dict], patch: list[dict]) -> float:
+    return float(np.polyfit(*_gap_by_hand(bpe, patch), 1)[0])
+
+
 def test_seeds_give_the_interval_and_it_covers_the_truth():
     rng = np.random.default_rng(0)
-    seeds = []
+    seeds, slopes = [], []
     for _ in range(5):
         slope = -0.2 + rng.normal(0, 0.02)  # each seed's own trend
         bpe = _curve(lambda x: 1.5, noise=0.005, rng=rng)
         patch = _curve(lambda x, s=slope: 1.8 + s * (x - 6.0), noise=0.005, rng=rng)
         seeds.append(gap_points(bpe, patch, "train_bytes"))
+        slopes.append(_slope_by_hand(bpe, patch))
     fit = fit_gap(seeds, batches=BATCHES)
     assert "over 5 seeds (t, 4 df)" in fit["fit"]["interval_over"]
     lo, hi = fit["slope_ci95"]
     assert lo < -0.2 < hi < 0
+    # the interval by hand: the seeds' mean slope +- t(4 df) x their standard error (a t of 5 df is 7% narrower)
+    mean, se = np.mean(slopes), np.std(slopes, ddof=1) / math.sqrt(5)
+    assert fit["slope"] == pytest.approx(mean, rel=1e-9)
+    assert [lo, hi] == pytest.approx([mean - T975_TABLE[4] * se, mean + T975_TABLE[4] * se], rel=1e-9)
     clo, chi = fit["crossover_ci95_log10"]
     assert clo < fit["crossover_log10"] < chi and clo < 7.5 < chi
     assert fit["verdict"] == "closes"
+
+
+def test_one_seed_gives_the_interval_of_its_points():
+    """With one seed the slope's standard error is least squares' own, with t of points - 2 degrees of freedom."""
+    rng = np.random.default_rng(3)
+    bpe = _curve(lambda x: 1.5, noise=0.01, rng=rng)
+    patch = _curve(lambda x: 1.8 - 0.2 * (x - 6.0), noise=0.01, rng=rng)
+    fit = fit_gap([gap_points(bpe, patch, "train_bytes")], batches=BATCHES)
+    x, y = _gap_by_hand(bpe, patch)
+    slope, intercept = np.polyfit(x, y, 1)
+    residuals = y - (intercept + slope * x)
+    se = math.sqrt((residuals**2).sum() / (len(x) - 2) / ((x - x.mean()) ** 2).sum())
+    assert len(x) == 16 and "over 16 points of one seed (t, 14 df" in fit["fit"]["interval_over"]
+    assert fit["slope_ci95"] == pytest.approx([slope - T975_TABLE[14] * se, slope + T975_TABLE[14] * se], rel=1e-9)
 
 
 def test_a_flat_or_widening_gap_does_not_close():
@@ -146,6 +181,13 @@ def test_the_data_and_compute_factors_are_recovered_from_shifted_power_laws():
         assert p["k"] == pytest.approx(0.25, rel=0.02)  # linear in log bytes between BPE's points (2x apart at first)
         lo, hi = p["k_ci95"]
         assert lo < 0.25 < hi and hi / lo < 1.2
+        # by hand: each seed's k is about 1 / (4 x its jitter); the interval is the geometric mean times / over
+        # 10^(t(2 df) x the standard error of log10 k) (a t of 3 df would be 26% narrower in log)
+        assert p["k_values"] == pytest.approx([1 / (4 * j) for j in (0.98, 1.0, 1.02)], rel=0.02)
+        logs = np.log10(p["k_values"])
+        half = T975_TABLE[2] * np.std(logs, ddof=1) / math.sqrt(3)
+        assert p["k"] == pytest.approx(10 ** np.mean(logs), rel=1e-9)
+        assert [lo, hi] == pytest.approx([10 ** (np.mean(logs) - half), 10 ** (np.mean(logs) + half)], rel=1e-9)
     assert data["at_end"]["k"] == pytest.approx(0.25, rel=0.01) and data["at_end"]["batch"] == 2000
     compute = result["executed"]["factor"]["at_end"]
     assert compute["k"] == pytest.approx(0.1, rel=0.01)

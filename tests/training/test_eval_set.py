@@ -6,12 +6,17 @@ documents of the split only (en-sotu: the 1799 and 1809 addresses for a 4-batch 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 
 from hbpe.pipeline.shards.reader import ShardDir
 from hbpe.schemas.errors import ConfigError
 from hbpe.training.data.eval_set import eval_blocks, rank_blocks, van_der_corput_order
+from hbpe.training.model.patch_io import IGNORE
 from hbpe.training.train.trainer import build_run
 from tests.helpers import train_cfg
 
@@ -50,6 +55,16 @@ def test_the_eval_loader_reads_the_spread_samples_in_their_order(sample_shards, 
             assert np.array_equal(batch["tokens"].numpy(), np.stack(rows[start : start + n]).astype(np.int64))
         run.trainer.eval()  # Composer evaluates it as any loader
         bpb = float(run.trainer.state.eval_metrics["eval"]["BitsPerByte"].compute())
-        assert 0 < bpb < 20
+        # by hand, from each block's summed NLL (torch's cross entropy on the model's logits) and target bytes
+        model = run.trainer.state.model.model
+        model.eval()
+        nll, nbytes = [], []
+        with torch.no_grad():
+            for batch in batches:
+                logits, targets = model(batch)  # (N, V), (N,): IGNORE where nothing is predicted
+                nll.append(float(F.cross_entropy(logits.float(), targets, ignore_index=IGNORE, reduction="sum")))
+                nbytes.append(int(batch["target_bytes"].sum()))
+        assert all(n > 0 for n in nbytes)
+        assert bpb == pytest.approx(sum(nll) / sum(nbytes) / math.log(2), rel=1e-5)
     finally:
         run.close()

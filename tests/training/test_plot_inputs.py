@@ -148,3 +148,20 @@ def test_out_a_directory_writes_curves_png_inside_and_says_so(damaged_run, tmp_p
     assert r.exit_code == 0, r.output
     assert r.stdout.startswith(f"wrote {folder / 'curves.png'}: 4 train and 2 eval points")
     assert (folder / "curves.png").read_bytes()[:8] == PNG and not (tmp_path / "plots.png").exists()
+
+
+def test_out_naming_a_folder_that_is_not_there_says_so(damaged_run, tmp_path):
+    """Before: `--out newdir/` was "no suffix is not an image format": the folder went unnamed."""
+    new = f"{tmp_path / 'newdir'}/"
+    r = CliRunner().invoke(main, ["plot", "--checkpoint", str(damaged_run), "--out", new])
+    cli_fails(r, 2, f"--out {new} names a folder that does not exist: pass an image file path such as {new}plot.png")
+    assert not (tmp_path / "newdir").exists()
+    (tmp_path / "afile").write_text("not a folder")
+    r = CliRunner().invoke(main, ["plot", "--checkpoint", str(damaged_run), "--out", f"{tmp_path / 'afile'}/"])
+    cli_fails(r, 2, f"names a folder, but {tmp_path / 'afile'} is a file: pass an image file path such as")
+    (tmp_path / "d" / "curves.png").mkdir(parents=True)  # a folder's curves.png that is a folder itself
+    r = CliRunner().invoke(main, ["plot", "--checkpoint", str(damaged_run), "--out", str(tmp_path / "d")])
+    cli_fails(r, 2, f"--out {tmp_path / 'd' / 'curves.png'} is a folder: move it away or pass an image file path")
+    r = CliRunner().invoke(main, ["plot", "--checkpoint", str(damaged_run), "--out", new + "plot.png"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "newdir" / "plot.png").read_bytes()[:8] == PNG

@@ -25,6 +25,8 @@ STATS = {
     "bytes": PatchingStats(256, TEXT, WORDS, TEXT, TEXT),
 }
 TRAIN_BYTES, SAMPLES = 1_052_454, 200 * 8
+LATENT = dict(d=96, f=256, heads=4, layers=4)  # MINI's latent transformer
+LOCAL = dict(d=64, f=128, heads=4, layers=3)  # MINI's local encoder and decoder alike
 
 
 def _cfg(io: str) -> ModelConfig:
@@ -37,32 +39,57 @@ def test_the_issue_ratios_at_mini_size(gpt2_tokenizer):
         io: context_row(_cfg(io), gpt2_tokenizer, s, train_bytes=TRAIN_BYTES, samples=SAMPLES)
         for io, s in STATS.items()
     }
-    assert own["bpe"]["input_bytes"] == pytest.approx(657.8, abs=0.1)  # the bytes of one 128-token sample
+    context = TRAIN_BYTES / SAMPLES  # the bytes of one 128-token sample as trained
+    assert own["bpe"]["input_bytes"] == pytest.approx(context, rel=1e-12) and round(context, 1) == 657.8
     ratio = lambda rows: rows["bpe"]["gflops"]["total"] / rows["hierarchical"]["gflops"]["total"]  # noqa: E731
-    assert ratio(at_8k) == pytest.approx(2.53, abs=0.01)  # the table's convention
-    assert ratio(own) == pytest.approx(3.76, abs=0.01)  # the paper's count at the run's context
+    # the table's convention (8,192 bytes) and the paper's count at the run's context, each from the formula by hand
+    for rows, input_bytes, issue in ((at_8k, 8192, 2.53), (own, context, 3.76)):
+        hand = _paper_rows_by_hand(input_bytes)
+        assert ratio(rows) == pytest.approx(hand["bpe"] / hand["hierarchical"], rel=1e-12)
+        assert ratio(rows) == pytest.approx(issue, abs=0.01)  # the figures issue 18 quotes
     # the byte-level row: 112 GFLOPs per 8 KB by convention, about 15 per 8 KB of text at its real context
+    assert at_8k["bytes"]["gflops"]["total"] * 1e9 == pytest.approx(_paper_rows_by_hand(8192)["bytes"], rel=1e-12)
+    per_8k_at_own = _paper_rows_by_hand(context)["bytes"] * 8192 / context  # one context's forward, per 8 KB
+    assert paper_train_flops_per_byte(own["bytes"]) * 8192 / 3 == pytest.approx(per_8k_at_own, rel=1e-12)
     assert at_8k["bytes"]["gflops"]["total"] == pytest.approx(112.34, abs=0.01)
-    assert paper_train_flops_per_byte(own["bytes"]) * 8192 / 3 / 1e9 == pytest.approx(14.58, abs=0.01)
+    assert per_8k_at_own / 1e9 == pytest.approx(14.58, abs=0.01)
     # per byte of training text: 3 x forward / the context's bytes
-    assert paper_train_flops_per_byte(own["bpe"]) == pytest.approx(
-        3 * own["bpe"]["gflops"]["total"] * 1e9 / (TRAIN_BYTES / SAMPLES)
-    )
+    assert paper_train_flops_per_byte(own["bpe"]) == pytest.approx(3 * own["bpe"]["gflops"]["total"] * 1e9 / context)
 
     executed = {
         io: train_flops_per_sample(_cfg(io), seq_len=128, max_patch_size=S, vocab_size=V)
         for io, S, V in (("bpe", 1, 50257 + 2), ("hierarchical", 10, gpt2_tokenizer.vocab_size))
     }
     assert gpt2_tokenizer.vocab_size == 470
-    assert executed["bpe"] / executed["hierarchical"] == pytest.approx(1.58, abs=0.01)  # what the step executes
+    # what the step executes, by hand: SwiGLU's three MLP matrices, 127 predicted positions, BPE-patch's local
+    # models over all 10 symbol slots of every patch and its patch <-> latent projections; 3 x forward
+    T = 127
+    bpe = 3 * _chinchilla(T, **LATENT, vocab=50257 + 2, mats=3)
+    patch = _chinchilla(10, **LOCAL, mats=3) + _chinchilla(10, **LOCAL, vocab=470, mats=3)
+    hierarchical = 3 * (_chinchilla(T, **LATENT, mats=3) + T * patch + 2 * 2 * T * 64 * 96)
+    assert executed["bpe"] == pytest.approx(bpe, rel=1e-12)
+    assert executed["hierarchical"] == pytest.approx(hierarchical, rel=1e-12)
+    assert executed["bpe"] / executed["hierarchical"] == pytest.approx(1.58, abs=0.01)  # issue 18's figure
 
 
-def _chinchilla(n: float, d: int, f: int, heads: int, layers: int, vocab: int = 0) -> float:
+def _chinchilla(n: float, d: int, f: int, heads: int, layers: int, vocab: int = 0, mats: int = 2) -> float:
     """Forward FLOPs of a transformer on n positions as SPEC.md "Metrics" counts them (Chinchilla, appendix F),
     written out here rather than taken from flops.py: per layer 2n*4d^2 (the Q, K, V and output projections),
-    2*2n^2 d (q.k and a.v), 3 heads n^2 (softmax) and 2n*2df (the two MLP matrices); embeddings cost
-    nothing, the logits 2ndV."""
-    return layers * (8 * n * d * d + 4 * n * n * d + 3 * heads * n * n + 4 * n * d * f) + 2 * n * d * vocab
+    2*2n^2 d (q.k and a.v), 3 heads n^2 (softmax) and 2n*mats*df (the MLP: Chinchilla's two matrices, SwiGLU's
+    three); embeddings cost nothing, the logits 2ndV."""
+    return layers * (8 * n * d * d + 4 * n * n * d + 3 * heads * n * n + 2 * mats * n * d * f) + 2 * n * d * vocab
+
+
+def _paper_rows_by_hand(input_bytes: float) -> dict[str, float]:
+    """The paper's forward count of each Table 1 row on `input_bytes` of text, from the mini sizes and the
+    measured patching (STATS)."""
+    T = input_bytes * 32500 / TEXT  # BPE and BPE-patch: one latent position per first-stage token
+    p = 135485 / 32500  # BPE-patch: symbols per patch, each run through the local models
+    return {
+        "bpe": _chinchilla(T, **LATENT, vocab=50257 + 2),  # the head over gpt2's tokens + EOD, PAD
+        "bytes": _chinchilla(input_bytes, **LATENT, vocab=256 + 2),  # one position per byte; 256 bytes + EOD, PAD
+        "hierarchical": _chinchilla(T, **LATENT) + T * (_chinchilla(p, **LOCAL) + _chinchilla(p, **LOCAL, vocab=470)),
+    }
 
 
 @pytest.mark.parametrize("input_bytes,ratio", [(8192, 2.53), (TRAIN_BYTES / SAMPLES, 3.76)])
@@ -70,20 +97,14 @@ def test_the_issue_ratios_by_hand(gpt2_tokenizer, input_bytes, ratio):
     """The paper's count of each Table 1 row from the mini sizes and the measured patching, by hand."""
     mini = dict(latent_layers=4, latent_dim=96, latent_ffn=256, latent_heads=4, local_dim=64, local_ffn=128,
                 local_heads=4, encoder_layers=3, decoder_layers=3)  # fmt: skip
-    assert mini == MINI
-    latent = dict(d=96, f=256, heads=4, layers=4)
-    local = dict(d=64, f=128, heads=4, layers=3)  # the encoder and the decoder alike
-    T = input_bytes * 32500 / TEXT  # BPE and BPE-patch: one latent position per first-stage token
-    p = 135485 / 32500  # BPE-patch: symbols per patch, each run through the local models
-    hand = {
-        "bpe": _chinchilla(T, **latent, vocab=50257 + 2),  # the head over gpt2's tokens + EOD, PAD
-        "bytes": _chinchilla(input_bytes, **latent, vocab=256 + 2),  # one position per byte; 256 bytes + EOD, PAD
-        "hierarchical": _chinchilla(T, **latent) + T * (_chinchilla(p, **local) + _chinchilla(p, **local, vocab=470)),
-    }
+    assert mini == MINI  # the sizes LATENT and LOCAL write out
+    T = input_bytes * 32500 / TEXT
+    p = 135485 / 32500
+    hand = _paper_rows_by_hand(input_bytes)
     got = {io: table1_row(_cfg(io), gpt2_tokenizer, s, input_bytes=input_bytes)["gflops"] for io, s in STATS.items()}
     for io in STATS:
         assert got[io]["total"] * 1e9 == pytest.approx(hand[io], rel=1e-12), io
-    local_decoder = T * _chinchilla(p, **local, vocab=470)
+    local_decoder = T * _chinchilla(p, **LOCAL, vocab=470)
     assert got["hierarchical"]["local_decoder"] * 1e9 == pytest.approx(local_decoder, rel=1e-12)
     assert hand["bpe"] / hand["hierarchical"] == pytest.approx(ratio, abs=0.01)
     if input_bytes == 8192:  # 4 layers of 8,192 positions: 4 x 27,984,396,288, and the head 2 x 8192 x 96 x 258

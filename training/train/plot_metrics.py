@@ -42,9 +42,15 @@ def output_path(out: str | None, metrics: str) -> tuple[str, str]:
     metrics are none) or a link, through which a run's file could be overwritten."""
     given = out is not None
     out = os.path.join(os.path.dirname(metrics), DEFAULT_NAME) if out is None else out
+    _refuse_a_folder_that_is_not_there(out)
     if os.path.isdir(out):
         out = os.path.join(out, DEFAULT_NAME)
     what = f"--out {out}" if given else out
+    if os.path.isdir(out):  # FOLDER/curves.png is itself a folder
+        raise ConfigError(
+            f"{what} is a folder: move it away or pass an image file path such as "
+            f"{os.path.join(os.path.dirname(out), 'plot.png')}"
+        )
     suffix = os.path.splitext(out)[1]
     if suffix.lower().lstrip(".") not in IMAGE_FORMATS:
         raise ConfigError(
@@ -59,6 +65,22 @@ def output_path(out: str | None, metrics: str) -> tuple[str, str]:
             "run's files; pass another --out"
         )
     return out, suffix.lower().lstrip(".")
+
+
+def _refuse_a_folder_that_is_not_there(out: str) -> None:
+    """An --out ending in a separator names a folder: say so, rather than that it has no image suffix."""
+    if not out.endswith((os.sep, "/")) or os.path.isdir(out):
+        return
+    bare = out.rstrip("/" + os.sep)
+    if os.path.exists(bare):
+        raise ConfigError(
+            f"--out {out} names a folder, but {bare} is a file: pass an image file path such as "
+            f"{os.path.join(os.path.dirname(bare), 'plot.png')}, or a folder for its {DEFAULT_NAME}"
+        )
+    raise ConfigError(
+        f"--out {out} names a folder that does not exist: pass an image file path such as "
+        f"{os.path.join(out, 'plot.png')} (its folder is made), or an existing folder for its {DEFAULT_NAME}"
+    )
 
 
 def skipped_text(skipped: dict[str, int], *, where: str = "") -> str:
