@@ -16,7 +16,7 @@ import math
 import re
 import types
 from collections.abc import Mapping
-from dataclasses import MISSING, Field, fields, is_dataclass
+from dataclasses import MISSING, Field, field, fields, is_dataclass
 from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
 
 from hbpe.schemas.errors import ConfigError
@@ -219,3 +219,60 @@ class Section:
     def _example_of(self, name: str) -> str:
         f = next(f for f in fields(self) if f.name == name)  # type: ignore[arg-type]
         return example_for(type(self), f, annotations_of(type(self))[name])
+
+
+# Path-valued keys. A field made with `path_field` holds a local path or a URI that a run reads ("reads": shards,
+# a tokenizer, a checkpoint) or writes ("writes": checkpoints, caches, logs); a relative value is taken in the
+# working directory, or in the folder of another key (`under`: log_file in save_folder). What must stay inside a
+# folder (an experiment's --out, hbpe/experiments/runner.py) asks `path_values` rather than a list of its own.
+PATH = "path"
+
+
+def path_field(default: Any, *, writes: bool, under: str | None = None) -> Any:
+    """A dataclass field that holds a path: `writes` (or reads), relative to key `under` (or the working dir)."""
+    return field(default=default, metadata={PATH: "writes" if writes else "reads", "under": under})
+
+
+def section_in(tp: Any) -> type | None:
+    """The section type inside annotation `tp` (`X`, `X | None`, a list `tuple[X, ...]`), else None."""
+    args = [a for a in get_args(tp) if a is not type(None)] if get_origin(tp) in (Union, types.UnionType) else [tp]
+    for a in args:
+        if isinstance(a, type) and is_dataclass(a):
+            return a
+        inner = get_args(a)
+        if get_origin(a) is tuple and len(inner) == 2 and inner[1] is Ellipsis and is_dataclass(inner[0]):
+            return inner[0]
+    return None
+
+
+def path_keys(cls: type, prefix: str = "") -> dict[str, Mapping[str, Any]]:
+    """Every path-valued key of section `cls` and of the sections inside it -> its metadata.
+
+    A list of sections adds no index: `data.streams.local` stands for every stream's.
+    """
+    out: dict[str, Mapping[str, Any]] = {}
+    for f in fields(cls):
+        key = f"{prefix}{f.name}"
+        if PATH in f.metadata:
+            out[key] = f.metadata
+            continue
+        inner = section_in(annotations_of(cls)[f.name])
+        if inner is not None:
+            out.update(path_keys(inner, f"{key}."))
+    return out
+
+
+def path_values(section: Any, prefix: str = "") -> list[tuple[str, str, Mapping[str, Any]]]:
+    """(key, value, metadata) of every path-valued key set in a built section (`data.streams[1].local`)."""
+    out: list[tuple[str, str, Mapping[str, Any]]] = []
+    for f in fields(section):
+        key, value = f"{prefix}{f.name}", getattr(section, f.name)
+        if PATH in f.metadata:
+            if value:
+                out.append((key, value, f.metadata))
+        elif isinstance(value, tuple) and value and all(is_dataclass(v) for v in value):
+            for i, item in enumerate(value):
+                out += path_values(item, f"{key}[{i}].")
+        elif is_dataclass(value):
+            out += path_values(value, f"{key}.")
+    return out

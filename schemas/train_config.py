@@ -13,12 +13,13 @@ ranges, and the examples the messages give. Local paths are checked where a conf
 from __future__ import annotations
 
 import difflib
+import posixpath
 import re
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from typing import Any, ClassVar, Self
 
 # the generic checks, under the private names this module's sections have always called them by
-from hbpe.schemas.config_check import Section
+from hbpe.schemas.config_check import Section, path_field
 from hbpe.schemas.config_check import check_choice as _check_choice
 from hbpe.schemas.config_check import check_range as _check_range
 from hbpe.schemas.config_check import fail as _fail
@@ -27,6 +28,17 @@ from hbpe.schemas.config_check import show as _show
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.locations import SUPPORTED_SCHEMES, check_location, check_output_prefix, is_uri
 from hbpe.schemas.schemes import scheme_names
+
+
+def _reads(default: str | None) -> Any:
+    """A path a run reads (shards, a tokenizer, a checkpoint): schemas/config_check.py's path_values lists it."""
+    return path_field(default, writes=False)
+
+
+def _writes(default: str | None, *, under: str | None = None) -> Any:
+    """A path a run writes (checkpoints, caches, logs), relative to the working directory or to key `under`."""
+    return path_field(default, writes=True, under=under)
+
 
 # model.local_layout (training/model/packing.py): the real positions of each patch only, or all S of them
 LOCAL_LAYOUTS = ("packed", "padded")
@@ -73,6 +85,17 @@ CALLBACK_CLASSES = {
     "system_metrics_monitor": "SystemMetricsMonitor",
 }
 CALLBACKS = tuple(CALLBACK_CLASSES)
+# the arguments of those loggers and callbacks that name local files or folders (a `loggers:` block is Composer's
+# arguments, not typed fields, so path_field cannot mark them): an experiment keeps each inside its --out, with the
+# library's default where it is not given (training/train/loggers.py: local_outputs). A filename is in its folder.
+# tests/training/test_config_paths.py holds this against the classes' signatures, so a new one is not missed.
+ARGUMENT_PATHS: dict[str, tuple[str, ...]] = {
+    "loggers.tensorboard": ("log_dir",),
+    "loggers.wandb": ("init_kwargs.dir",),
+    "loggers.mlflow": ("tracking_uri", "model_registry_uri"),  # a server (http://...) is not a path
+    "callbacks.memory_snapshot": ("folder", "filename"),
+    "callbacks.oom_observer": ("folder", "filename"),
+}
 # streaming's cache_limit text (streaming.base.util.bytes_to_int): a number and a unit in powers of 1024
 _BYTE_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}
 _BYTES = re.compile(r"(\d+(?:\.\d+)?)\s*(" + "|".join(_BYTE_UNITS) + ")", re.IGNORECASE)
@@ -217,7 +240,8 @@ class PatchingConfig(_Section):
     # BLT's hash n-gram embeddings (n = 3..8) added to the local encoder's byte embeddings, one table of this many
     # rows per n (0: none); training/model/hash_ngrams.py
     hash_ngram_buckets: int = 0
-    entropy_model: str | None = None  # io=entropy: checkpoint of a model.io=bytes model giving next-byte entropies
+    # io=entropy: checkpoint of a model.io=bytes model giving next-byte entropies
+    entropy_model: str | None = _reads(None)
     entropy_threshold: float | None = None  # io=entropy: a patch starts where the entropy (nats) exceeds it ...
     entropy_target_bytes: float | None = None  # ... or the threshold reaching this mean patch length (hbpe train)
     entropy_bounded: bool = True  # io=entropy: split patches at max_bytes (false: the unbounded variant)
@@ -388,8 +412,8 @@ class StreamConfig(_Section):
 
     _section: ClassVar[str] = "data.streams"
 
-    remote: str = ""  # shard directory or URI from `hbpe convert`
-    local: str | None = None  # this stream's cache (default: under data.cache_dir)
+    remote: str = _reads("")  # shard directory or URI from `hbpe convert`
+    local: str | None = _writes(None)  # this stream's cache (default: under data.cache_dir)
     proportion: float | None = None
     repeat: float | None = None
     choose: int | None = None
@@ -438,17 +462,17 @@ class DataConfig(_Section):
 
     _section: ClassVar[str] = "data"
 
-    train: str | None = ""  # shard directory or URI from `hbpe convert` (null when data.streams mixes several)
-    eval: str | None = None  # held-out shards
+    train: str | None = _reads("")  # shard directory or URI from `hbpe convert` (null when data.streams mixes several)
+    eval: str | None = _reads(None)  # held-out shards
     # samples per evaluation, in blocks of one device batch spread over the whole of data.eval, every prefix of
     # them spread too (training/data/eval_set.py); null: every held-out sample in order (eval_subset_num_batches
     # then reads the first batches of the split)
     eval_samples: int | None = None
     streams: tuple[StreamConfig, ...] | None = None  # several training streams, each with its weight
-    tokenizer: str | None = None  # default: the (first) training shards' own tokenizer copy
+    tokenizer: str | None = _reads(None)  # default: the (first) training shards' own tokenizer copy
     max_patch_size: int | None = None  # re-patch `tokens` with another S (same first stage)
     mode: str | None = None  # with data.max_patch_size: "full" or "minimal" merges (default: the tokenizer's)
-    cache_dir: str | None = None  # streaming's local cache (default: under the save folder)
+    cache_dir: str | None = _writes(None)  # streaming's local cache (default: under the save folder)
     shuffle: bool = True  # shuffle the training samples (streaming's shuffle)
     shuffle_seed: int = 17  # the sample order's seed (with the shards, weights and shuffle_algo)
     num_workers: int = 0  # dataloader worker processes per rank (0: in the training process)
@@ -602,18 +626,19 @@ class TrainConfig(_Section):
     device: str = "auto"  # auto (a GPU when there is one), cpu, gpu or mps
     # a folder, or a bucket prefix (SAVE_FOLDER_SCHEMES) for the checkpoints and run files; caches and logs then
     # stay local, under runs/<run_name>
-    save_folder: str = "runs/train"
+    save_folder: str = _writes("runs/train")
     save_interval: str = "50ba"  # a checkpoint every so often (and at the end)
     save_num_checkpoints_to_keep: int = 3  # the newest kept (-1: all)
     autoresume: bool = False  # continue from save_folder's newest complete checkpoint when there is one
     save_overwrite: bool = False  # replace a previous run's checkpoints in save_folder (Composer's convention)
-    load_path: str | None = None  # a checkpoint to start from (weights, optimizer and position)
+    load_path: str | None = _reads(None)  # a checkpoint to start from (weights, optimizer and position)
     fsdp: dict[str, Any] | None = None  # e.g. {version: 2} or FSDP1 {sharding_strategy: FULL_SHARD, ...}
     activation_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
     log_interval: str = "10ba"  # how often metrics go to the loggers (and to console_metrics)
     console: bool = True  # a progress line on stderr: batches, loss, BPB, KB/s, time left; each eval's BPB
     console_metrics: bool = False  # Composer's console logger too: every metric every log_interval, as blocks
-    log_file: str | None = "train.log"  # Composer's log of every metric, in the save folder (null: none)
+    # Composer's log of every metric, in the save folder (a bucket run's: runs/<run_name>); null: none
+    log_file: str | None = _writes("train.log", under="save_folder")
     # experiment trackers, Composer's loggers by name with their arguments: {tensorboard: {log_dir: ...}, wandb:
     # {project: ...}, mlflow: {tracking_uri: ...}} (null arguments: the defaults); training/train/loggers.py builds them
     loggers: dict[str, Any] = field(default_factory=dict)
@@ -654,11 +679,25 @@ class TrainConfig(_Section):
             _check_range(name, bool(getattr(self, name)), "''", "must not be empty", self._example_of(name))
         object.__setattr__(self, "save_folder", _local_or_uri("save_folder", self.save_folder, SAVE_FOLDER_SCHEMES))
         check_output_prefix(self.save_folder, where=f"save_folder={self.save_folder}")
+        self._check_log_file()
         if not self.data.train_sources:
             raise ConfigError(
                 "data.train is empty: set it to a shard directory from `hbpe convert` (or mix several with data.streams)"
             )
         self._check_loggers()
+
+    def _check_log_file(self) -> None:
+        """The log goes in the save folder, as its help says: a file name or relative path that stays inside it
+        (the trainer checks the resolved path again, symlinks followed, once the folder exists)."""
+        name = self.log_file
+        if not name:
+            return
+        parts = posixpath.normpath(name).split("/")
+        if posixpath.isabs(name) or is_uri(name) or parts[0] in ("..", "."):
+            raise ConfigError(
+                f"log_file={name}: the log goes in the save folder ({self.save_folder}), so log_file is a file name "
+                "inside it, not an absolute path or one out of it; e.g. log_file=train.log (or log_file=null for none)"
+            )
 
     def _check_loggers(self) -> None:
         """Names and argument blocks only: the arguments themselves are checked against Composer's classes."""

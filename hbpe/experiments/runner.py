@@ -49,6 +49,7 @@ from hbpe.training import (
     table1_row,
     vocabulary_bytes,
 )
+from hbpe.training.train.config_io import local_places
 
 log = logging.getLogger(__name__)
 RESULT_FILE = "result.json"
@@ -224,6 +225,7 @@ def run_one(
     seed = spec.seed if seed is None else seed
     run_dir = run_folder(out, run.name, seed, spec.seeds)
     cfg = TrainConfig.from_dict({**train_config(spec, run, stage, run_dir, out, seed), "console": progress})
+    check_inside_out(cfg, out)  # check_runs did, before the data was made: here for a caller of run_one alone
     curve = EvalCurve()
     built = build_run(cfg, callbacks=[curve])
     add_evaluations(built.trainer, early_eval_batches(spec))
@@ -358,18 +360,35 @@ def run_experiment(
 
 
 def check_runs(spec: ExperimentSpec, out: Path) -> None:
-    """Every run's train config at every seed, and the corpora, checked before anything is written: a bad value in
-    `extra` or model_size fails now, not once the data is made (ConfigError naming the run)."""
-    for seed in seed_values(spec.seed, spec.seeds):
+    """Every run's train config, and the corpora, checked before anything is written: a bad value in `extra` or
+    model_size, or a path out of `out`, fails now, not once the data is made (ConfigError naming the run).
+
+    The configs of one run differ from seed to seed only in the seed (and the seed-K folder): the first and the
+    last seed stand for all of them, so the check costs the same for seeds=1 and seeds=1000.
+    """
+    seeds = seed_values(spec.seed, spec.seeds)
+    for seed in dict.fromkeys((seeds[0], seeds[-1])):
         for run in (*_entropy_jobs(spec), *spec.runs):
             folder = out / "data" / run.first_stage  # where prepare makes its data (its form is checked, not made)
             stage = StageData(folder / "tokenizer", folder / "shards-train", folder / "shards-eval")
             run_dir = run_folder(out, run.name, seed, spec.seeds)
             try:
-                TrainConfig.from_dict(train_config(spec, run, stage, run_dir, out, seed))
+                check_inside_out(TrainConfig.from_dict(train_config(spec, run, stage, run_dir, out, seed)), out)
             except ConfigError as e:
                 raise ConfigError(f"experiment {spec.name}, run {run.name}: {e}") from None
     corpus_files(spec)
+
+
+def check_inside_out(cfg: TrainConfig, out: Path) -> None:
+    """Every path a run reads or writes resolves inside `out`, symlinks followed (the runner's own are there: only
+    `extra` can name another place, or leave a library's default in the working directory); ConfigError if not."""
+    root = out.resolve()
+    for key, value, place in local_places(cfg):
+        if place is None or not place.is_relative_to(root):
+            raise ConfigError(
+                f"extra.{key}={value} resolves to {place or 'a bucket'}, outside --out {root}: an experiment reads "
+                f"and writes only under its --out; give {key} a path inside it, or remove it from extra"
+            )
 
 
 def _run_experiment(

@@ -18,7 +18,7 @@ from hbpe.schemas.convert_config import MIN_SEQ_LEN
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.schemes import scheme_names
 from hbpe.schemas.tokenizer_artifact import MAX_PATCH_SIZE_LIMIT
-from hbpe.schemas.train_config import MODEL_SIZE_LIMITS, ModelConfig
+from hbpe.schemas.train_config import MAX_SEED, MODEL_SIZE_LIMITS, ModelConfig
 
 # the shared data folder, wherever the command runs from (experiments/shared_data.py resolves it)
 SHARED_EN = "${HBPE_SHARED_DATA}/en-sotu.jsonl.zst"
@@ -175,6 +175,7 @@ class ExperimentSpec:
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
+MAX_SEEDS = 1000  # the noise of a mean over n seeds shrinks as 1/sqrt(n): 1000 puts it at 3% of one seed's
 EVAL_SET = "spread-blocks-1"  # how runs are evaluated (eval_noise.py): part of every run's fingerprint
 
 # the budget's integers and their least values; an override arrives as YAML (`seq_len=abc` is a string)
@@ -193,7 +194,12 @@ _AT_LEAST = {
     "seeds": 1,
 }
 # and greatest values, refused here rather than after converting the whole corpus: (value, why)
-_AT_MOST = {"seq_len": (MODEL_SIZE_LIMITS["max_patches"], "a sample is one latent context: model.max_patches' limit")}
+_AT_MOST = {
+    "seq_len": (MODEL_SIZE_LIMITS["max_patches"], "a sample is one latent context: model.max_patches' limit"),
+    # each seed trains every run again: 100,000,000 built every seed's configs for minutes before a word
+    "seeds": (MAX_SEEDS, "each seed trains every run once more"),
+    "seed": (MAX_SEED, "Composer's seeds are numpy's"),
+}
 _PLOTS = ("curve", "vocab", "s", "crossover", "ladder", "lr")  # ladder: gap and k vs size; lr: BPB vs lr
 SCHEDULES = ("cosine", "constant")  # optim.schedule of every run
 
@@ -212,6 +218,8 @@ def _check_values(spec: ExperimentSpec) -> None:
         value, (most, why) = getattr(spec, key), _AT_MOST.get(key, (None, ""))
         if isinstance(value, bool) or not isinstance(value, int) or value < least or (most and value > most):
             raise bad(key, f"an integer from {least} to {most} ({why})" if most else f"an integer >= {least}")
+    if spec.seed + spec.seeds - 1 > MAX_SEED:
+        raise bad("seed", f"at most {MAX_SEED - spec.seeds + 1}, so that its seeds={spec.seeds} stay <= {MAX_SEED}")
     if spec.max_patch_size > MAX_PATCH_SIZE_LIMIT:
         raise bad("max_patch_size", f"an integer <= {MAX_PATCH_SIZE_LIMIT}")
     if not _positive(spec.lr):

@@ -98,3 +98,59 @@ def test_bases_nest_at_most_so_deep(tmp_path):
     with pytest.raises(ConfigError, match=f"bases nested over {MAX_BASE_DEPTH} deep"):
         _load(tmp_path / "c0.yaml")
     assert _load(tmp_path / "c1.yaml").seed == 3  # one level less is fine
+
+
+def _fifo(folder, name: str):
+    import os
+
+    p = folder / name
+    os.mkfifo(p)
+    return p
+
+
+def test_a_fifo_or_a_device_as_a_config_is_not_a_regular_file_not_missing(tmp_path):
+    """Issue 35: a FIFO, /dev/zero or /dev/stdin named as the config, or as a base, said "not found"."""
+    import os
+    import stat
+
+    fifo = _fifo(tmp_path, "p.yaml")
+    with pytest.raises(ConfigError, match=re.escape(f"config '{fifo}' is not a regular file (a FIFO); pass a YAML")):
+        _load(fifo)
+    with pytest.raises(ConfigError, match=re.escape("config '/dev/zero' is not a regular file (a device); pass")):
+        _load("/dev/zero")
+    if not stat.S_ISREG(os.stat("/dev/stdin").st_mode):  # a file given as stdin is read, as any file
+        with pytest.raises(ConfigError, match=re.escape("config '/dev/stdin' is not a regular file (a")):
+            _load("/dev/stdin")
+    top = _write(tmp_path, "run.yaml", "base: p.yaml\n")
+    with pytest.raises(
+        ConfigError, match=re.escape(f"base 'p.yaml' is not a regular file (a FIFO) (looked for {fifo}")
+    ):
+        _load(top)
+
+
+def test_reading_a_fifo_never_waits_for_a_writer(tmp_path):
+    """read_config_file refuses what is not a regular file once it has it open (a FIFO swapped in after the checks)
+    without blocking: a plain open() of a FIFO waits for a writer."""
+    import os
+    import threading
+
+    from hbpe.training.train.config_io import read_config_file
+
+    fifo = _fifo(tmp_path, "p.yaml")
+    errors: list[BaseException] = []
+    reader = threading.Thread(target=lambda: _catch(errors, read_config_file, fifo), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    blocked = reader.is_alive()
+    if blocked:  # release it: open the write end, which the waiting reader's open() needs
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(timeout=10)
+    assert not blocked, "read_config_file waited for a writer of the FIFO"
+    assert [str(e) for e in errors] == [f"{fifo} is not a regular file (a FIFO); pass a YAML config file"]
+
+
+def _catch(errors: list, f, *args) -> None:
+    try:
+        f(*args)
+    except Exception as e:
+        errors.append(e)

@@ -19,6 +19,8 @@ says which path is missing and how to set it.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import GrammarParseError, MissingMandatoryValue, OmegaConfBaseException
 
 from hbpe.pipeline import storage
+from hbpe.schemas.config_check import path_values
 from hbpe.schemas.errors import ConfigError, one_line
 from hbpe.schemas.locations import is_uri
 from hbpe.schemas.train_config import TrainConfig
@@ -49,8 +52,25 @@ def resolve_config_path(path: str) -> Path:
     if path and shipped.is_file():
         return shipped
     names = ", ".join(sorted(q.stem for q in CONFIG_DIR.glob("*.yaml")))
-    what = "is a directory" if path and p.is_dir() else "not found"
+    what = not_a_file(p) if path else "not found"
     raise ConfigError(f"config {path!r} {what}; pass a YAML file or one of the shipped configs: {names}")
+
+
+def not_a_file(p: Path) -> str:
+    """Why `p` is no config file: `not found`, `is a directory`, or `is not a regular file (a FIFO)`.
+
+    Asked of the file's mode (symlinks followed), never by opening it: a FIFO's open waits for a writer.
+    """
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return "not found"
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    if stat.S_ISREG(mode):
+        return "is a file"  # not a reason: asked only of what is no config file
+    kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+    return f"is not a regular file ({kind})"
 
 
 _INTERPOLATION_HINT = (
@@ -200,6 +220,25 @@ def check_local(cfg: TrainConfig) -> None:
     _check_device(cfg)
 
 
+def local_places(cfg: TrainConfig) -> list[tuple[str, str, Path | None]]:
+    """(key, value, resolved path) of every path `cfg` reads or writes; None for a URI (a bucket).
+
+    Its path-valued keys (the schema marks them: path_field) and the files of its loggers and callbacks as
+    they are built (training/train/loggers.py: local_outputs), a relative one taken where the run takes it
+    (the working directory, or the save folder for log_file), symlinks followed: what a folder that must hold a
+    run's files (an experiment's --out) checks.
+    """
+    from hbpe.training.data.streams import local_root
+    from hbpe.training.train.loggers import local_outputs
+
+    bases = {"save_folder": local_root(cfg)}  # the keys a relative value may be under (path_field's `under`)
+    found = [(key, value, bases[m["under"]] if m["under"] else "") for key, value, m in path_values(cfg)]
+    for kind in ("loggers", "callbacks"):
+        outputs = local_outputs(kind, getattr(cfg, kind), log_root=bases["save_folder"], run_name=cfg.run_name)
+        found += [(key, value, "") for key, value in outputs]
+    return [(key, value, None if is_uri(value) else Path(base, value).resolve()) for key, value, base in found]
+
+
 def _check_device(cfg: TrainConfig) -> None:
     """device=gpu on a machine without CUDA, or a GPU precision where training will run on CPU."""
     if cfg.device == "cpu" or (cfg.device == "auto" and cfg.precision in ("auto", "fp32")):
@@ -221,7 +260,11 @@ def _check_device(cfg: TrainConfig) -> None:
 def read_config_file(p: Path) -> dict[str, Any]:
     """One YAML file's top-level mapping (bounded in size and aliases), or one ConfigError naming the file."""
     try:
-        with open(p, "rb") as f:
+        # without blocking, and refused unless a regular file: a FIFO named here after the checks above (a race)
+        # would otherwise wait for a writer, and /dev/zero fill the size limit with zeros
+        with os.fdopen(os.open(p, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ConfigError(f"{p} {not_a_file(p)}; pass a YAML config file")
             data = f.read(MAX_CONFIG_BYTES + 1)
         if len(data) > MAX_CONFIG_BYTES:
             raise ConfigError(f"{p}: over {MAX_CONFIG_BYTES >> 20} MB, not a training config; pass a YAML config file")
@@ -271,7 +314,7 @@ def _resolve_base(name: str, including: Path, allowed: tuple[Path, ...]) -> Path
         )
     if not relative.is_file():
         names = ", ".join(sorted(q.stem for q in CONFIG_DIR.glob("*.yaml")))
-        what = "is a directory" if relative.is_dir() else "not found"
+        what = not_a_file(relative)
         raise ConfigError(
             f"{including}: base {name!r} {what} (looked for {relative}); name a YAML file relative to "
             f"{including.parent} or a shipped config: {names}"
