@@ -60,6 +60,27 @@ def _path(name: str, value: Any, example: str) -> str:
     raise ConfigError(f"{name}={value!r:.60} {what}: pass a path (a str or pathlib.Path), e.g. {name}={example!r}")
 
 
+def _paths(name: str, value: Any, example: str) -> list[str]:
+    """One path or an iterable of them, each a non-empty str or os.PathLike, as strs (None was iterated: TypeError)."""
+    if isinstance(value, (str, os.PathLike)):
+        return [_path(name, value, example)]
+    if isinstance(value, (bytes, bytearray)) or not isinstance(value, Iterable):
+        raise ConfigError(
+            f"{name}={value!r:.60} ({type(value).__name__}): pass a path or a list of paths (str or pathlib.Path), "
+            f"e.g. {name}={example!r}"
+        )
+    items = [_path(f"{name}[{i}]", item, example) for i, item in enumerate(value)]
+    if not items:
+        raise ConfigError(f"{name}={value!r:.60} is empty: pass at least one path, e.g. {name}={example!r}")
+    return items
+
+
+def _name(name: str, value: Any, example: str) -> None:
+    """A non-empty str (a runner's name, an address), or a ConfigError naming the argument."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{name}={value!r:.60} ({type(value).__name__}): pass a non-empty str, e.g. {name}={example}")
+
+
 def _int(name: str, value: Any, minimum: int, example: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(
@@ -93,13 +114,18 @@ def train_tokenizer(
 @_checked_call
 def load_tokenizer(path: PathLike) -> HierarchicalTokenizer:
     """A saved tokenizer directory (`hbpe train-bpe --out`, a shard directory's `tokenizer/`, a run's)."""
-    return artifact.load(path)
+    return artifact.load(_path("path", path, "runs/demo/tokenizer"))
 
 
 @_checked_call
 def save_tokenizer(tok: HierarchicalTokenizer, path: PathLike, *, overwrite: bool = False) -> str:
     """Write `tok` as a tokenizer directory -> its path."""
-    return str(artifact.save(tok, path, overwrite=overwrite))
+    if not isinstance(tok, HierarchicalTokenizer):
+        raise ConfigError(
+            f"tok={tok!r:.60} ({type(tok).__name__}): pass a tokenizer, e.g. hbpe.save_tokenizer("
+            "hbpe.train_tokenizer('gpt2'), 'tok')"
+        )
+    return str(artifact.save(tok, _path("path", path, "tok"), overwrite=overwrite))
 
 
 # ConvertConfig fields that `convert` takes as **options (the others are its own arguments)
@@ -144,17 +170,18 @@ def convert(
             f"hbpe.convert: unknown option {unknown[0]!r}; its options are {', '.join(_CONVERT_OPTIONS)} "
             "(ConvertConfig's fields), e.g. tail='pad'"
         )
-    paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    paths = _paths("inputs", inputs, "corpus.jsonl.zst")
     out = _path("out", out, "shards")
     tokenizer = _path("tokenizer", tokenizer, "tok")
     if isinstance(seq_len, bool) or not isinstance(seq_len, int):  # a small int: ConvertConfig says why not
         _int("seq_len", seq_len, 2, "1024")
     if workers is not None:
         _int("workers", workers, 1, "4")
+    _name("runner", runner, "'inprocess' (or 'auto', 'DaskRunner', 'DirectRunner')")
+    if dask_address is not None:
+        _name("dask_address", dask_address, "'tcp://HOST:8786', or None for a local cluster")
     args = _strings("beam_args", beam_args, "beam_args=['--runner=DirectRunner']")
-    cfg = ConvertConfig(
-        inputs=tuple(str(p) for p in paths), output=out, tokenizer=tokenizer, seq_len=seq_len, **options
-    )
+    cfg = ConvertConfig(inputs=tuple(paths), output=out, tokenizer=tokenizer, seq_len=seq_len, **options)
     manifest = run_convert(
         cfg,
         args,

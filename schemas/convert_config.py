@@ -6,9 +6,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hbpe.schemas.errors import ConfigError
+from hbpe.schemas.train_config import MODEL_SIZE_LIMITS
 
 # training predicts patches 1..N-1 from the ones before: N=1 leaves nothing to predict
 MIN_SEQ_LEN = 2
+# a sample is one latent context, so no model trains on one longer than model.max_patches' limit; without a
+# bound, --seq-len 100000000000 "succeeded" with 0 samples (every document shorter) and the refusal came at training
+MAX_SEQ_LEN = MODEL_SIZE_LIMITS["max_patches"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,11 @@ class ConvertConfig:
             raise ConfigError(
                 f"seq_len must be >= 2, got {self.seq_len}: a sample needs one context patch and one predicted "
                 "patch; pass --seq-len 2 or more"
+            )
+        if self.seq_len > MAX_SEQ_LEN:
+            raise ConfigError(
+                f"seq_len must be <= {MAX_SEQ_LEN}, got {self.seq_len}: a sample is one latent context, and no "
+                f"model trains on one longer (model.max_patches is at most {MAX_SEQ_LEN}); pass e.g. --seq-len 1024"
             )
         if self.tail not in ("drop", "pad"):
             raise ConfigError(f"tail must be 'drop' or 'pad', got {self.tail!r}")

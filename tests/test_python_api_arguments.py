@@ -90,6 +90,40 @@ BAD_ARGUMENTS = {
         r"^tasks='hellaswag' \(str\): pass a list of strings .*, e\.g\. tasks=\['hellaswag', 'piqa'\]",
     ),
     "load-model-none": (lambda: hbpe.load_model(None), r"^checkpoint=None \(NoneType\): pass a path"),
+    # issue 35: a raw pathlib TypeError (load_tokenizer), a TypeError from api.py (inputs=None), an AttributeError
+    # from options.py (runner=None)
+    "load-tokenizer-none": (
+        lambda: hbpe.load_tokenizer(None),
+        r"^path=None \(NoneType\): pass a path \(a str or pathlib\.Path\), e\.g\. path='runs/demo/tokenizer'$",
+    ),
+    "load-tokenizer-bytes": (lambda: hbpe.load_tokenizer(b"tok"), r"^path=b'tok' \(bytes\): pass a path"),
+    "load-tokenizer-int": (lambda: hbpe.load_tokenizer(5), r"^path=5 \(int\): pass a path"),
+    "save-tokenizer-none": (
+        lambda: hbpe.save_tokenizer(None, "tok"),
+        r"^tok=None \(NoneType\): pass a tokenizer, e\.g\. hbpe\.save_tokenizer\(hbpe\.train_tokenizer\('gpt2'\)",
+    ),
+    "convert-none-inputs": (
+        lambda: hbpe.convert(None, "out", tokenizer="tok"),
+        r"^inputs=None \(NoneType\): pass a path or a list of paths \(str or pathlib\.Path\), e\.g\. "
+        r"inputs='corpus\.jsonl\.zst'$",
+    ),
+    "convert-int-among-inputs": (
+        lambda: hbpe.convert(["x.jsonl", 5], "out", tokenizer="tok"),
+        r"^inputs\[1\]=5 \(int\): pass a path",
+    ),
+    "convert-empty-inputs": (lambda: hbpe.convert([], "out", tokenizer="tok"), r"^inputs=\[\] is empty: pass at least"),
+    "convert-none-runner": (
+        lambda: hbpe.convert("x.jsonl", "out", tokenizer="tok", runner=None),
+        r"^runner=None \(NoneType\): pass a non-empty str, e\.g\. runner='inprocess' \(or 'auto', 'DaskRunner'",
+    ),
+    "convert-int-dask-address": (
+        lambda: hbpe.convert("x.jsonl", "out", tokenizer="tok", runner="DaskRunner", dask_address=8786),
+        r"^dask_address=8786 \(int\): pass a non-empty str, e\.g\. dask_address='tcp://HOST:8786'",
+    ),
+    "convert-huge-seq-len": (
+        lambda: hbpe.convert("x.jsonl", "out", tokenizer="tok", seq_len=2**70),
+        r"^seq_len must be <= 1048576, got 1180591620717411303424: a sample is one latent context",
+    ),
 }
 
 

@@ -141,13 +141,14 @@ _CONVERT_SETTINGS = {"ignore_unknown_options": True, "allow_extra_args": True, "
     default=None,
     show_default="all cores",
     help="Worker processes of a local run (inprocess, DaskRunner's LocalCluster, or DirectRunner's "
-    "--direct_num_workers).",
+    "--direct_num_workers), at most 4 per core; a cluster (--dask-address, a Beam cluster runner) has its own.",
 )
 @click.option(
     "--dask-address",
     default=None,
     show_default="a LocalCluster on this machine",
-    help="With --runner DaskRunner: the Dask scheduler (tcp://host:8786).",
+    help="With --runner DaskRunner: the Dask scheduler (tcp://host:8786), reached within HBPE_DASK_TIMEOUT "
+    "seconds (30 by default; a program there that does not answer as a scheduler is refused a few seconds later).",
 )
 @json_option("the manifest")
 @click.pass_context

@@ -36,11 +36,17 @@ from typing import Any
 from hbpe.pipeline import storage
 from hbpe.pipeline.beam import fs, stores
 from hbpe.pipeline.beam import resume as resuming
-from hbpe.pipeline.beam.dask_cluster import dask_executor
+from hbpe.pipeline.beam.dask_cluster import check_scheduler, dask_executor
 from hbpe.pipeline.beam.finalize import STAGING_DIRNAME, FinalizeContext, finalize_output, replace_output
 from hbpe.pipeline.beam.inprocess import run_inprocess
 from hbpe.pipeline.beam.monitor import run_and_watch
-from hbpe.pipeline.beam.options import DASK, RunnerChoice, choose_runner, default_pipeline_options
+from hbpe.pipeline.beam.options import (
+    DASK,
+    RunnerChoice,
+    check_runner_args,
+    choose_runner,
+    default_pipeline_options,
+)
 from hbpe.pipeline.beam.outputs import (
     Build,
     choose_build,
@@ -175,6 +181,7 @@ def plan_convert(
     """The checks `run_convert` makes before it writes anything: stores, tokenizer, inputs, runner, units."""
     output = output_dir(cfg.output)
     beam_args = list(pipeline_args or [])
+    check_runner_args(runner, beam_args, workers=workers, dask_address=dask_address)  # before the slow checks
     # every store is reached once, with a deadline, before anything else touches it (Beam's clients
     # retry an unreachable endpoint for minutes); Beam is imported only when a location is remote
     stores.preflight(
@@ -191,6 +198,8 @@ def plan_convert(
     files = [file_info(p) for p in selection.paths]
     choice = choose_runner(runner, list(pipeline_args or []), output=output, files=files, workers=workers,
                            dask_address=dask_address)  # fmt: skip
+    if choice.dask_address:  # something else there hung distributed's Client: refused before anything is written
+        check_scheduler(choice.dask_address)
     units = plan_units(files, split_bytes=cfg.split_bytes, text_unit=cfg.text_unit)
     policy = RecordPolicy(cfg.text_field, cfg.id_field, cfg.invalid_utf8, cfg.max_doc_bytes)
     fingerprint = tok.spec.fingerprint

@@ -39,6 +39,10 @@ from hbpe.schemas.errors import ConfigError
 INPROCESS = "inprocess"
 DASK = "DaskRunner"  # hbpe's Dask engine; Beam's own is --runner apache_beam.runners.dask.dask_runner.DaskRunner
 AUTO = "auto"
+DIRECT_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")  # Beam's local runners
+# local worker processes per core at most: converting is CPU-bound, so past the cores more processes only add
+# memory (a tokenizer each); the bound is generous so that a small container's tests and I/O waits still fit
+WORKERS_PER_CORE = 4
 
 
 def local_cores() -> int:
@@ -84,16 +88,8 @@ def choose_runner(
     dask_address: str | None = None,
 ) -> RunnerChoice:
     """The runner for this job, from `--runner` (or a `--runner=` among the Beam options) and where its data lives."""
-    args, named = _pop_runner(list(pipeline_args))
-    if named and runner not in (AUTO, named):
-        raise ConfigError(f"two runners given: --runner {runner} and --runner={named}; give one")
-    runner = named or runner
-    if workers is not None and workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    args, runner, own = check_runner_args(runner, pipeline_args, workers=workers, dask_address=dask_address)
     cores = workers or local_cores()
-    own = {INPROCESS: INPROCESS, DASK.lower(): DASK}.get(runner.replace("-", "").replace("_", "").lower())
-    if dask_address and own != DASK:
-        raise ConfigError(f"--dask-address {dask_address} needs --runner {DASK}; add it, or drop --dask-address")
     if own:
         if args:
             raise ConfigError(
@@ -110,6 +106,56 @@ def choose_runner(
         return RunnerChoice("DirectRunner", f"auto: object-store path {remote[0]}", ("--runner=DirectRunner",), cores)
     size = text_bytes_estimate(files)
     return RunnerChoice(INPROCESS, f"auto: local job, about {size / 1e6:.1f} MB of text", workers=cores)
+
+
+def check_runner_args(
+    runner: str, pipeline_args: Sequence[str], *, workers: int | None = None, dask_address: str | None = None
+) -> tuple[list[str], str, str | None]:
+    """The checks of choose_runner that need no input read (so a conversion makes them first): (Beam options
+    without their --runner, the runner named, hbpe's own runner it names or None)."""
+    args, named = _pop_runner(list(pipeline_args))
+    if named and runner not in (AUTO, named):
+        raise ConfigError(f"two runners given: --runner {runner} and --runner={named}; give one")
+    runner = named or runner
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    own = {INPROCESS: INPROCESS, DASK.lower(): DASK}.get(runner.replace("-", "").replace("_", "").lower())
+    if dask_address and own != DASK:
+        raise ConfigError(f"--dask-address {dask_address} needs --runner {DASK}; add it, or drop --dask-address")
+    if workers is not None:
+        _check_workers(workers, cluster=_cluster(own or runner, dask_address))
+    return args, runner, own
+
+
+def _cluster(runner: str, dask_address: str | None) -> str | None:
+    """What runs the workers, as a message names it, when `--workers` would start none on this machine; None
+    for the in-process pool, Dask's LocalCluster and the DirectRunner's workers (`auto` picks one of these)."""
+    if dask_address:
+        return f"--dask-address {dask_address}"
+    return None if runner in (INPROCESS, DASK, AUTO, *DIRECT_RUNNERS) else f"--runner {runner}"
+
+
+def _check_workers(workers: int, *, cluster: str | None) -> None:
+    """Refuse a `--workers` that asks this machine for more processes than it can hold (or means nothing).
+
+    Before: `--workers 10000` hung starting a LocalCluster, and `--workers 1000000000` grew to 24 GB before
+    the OOM killer took the caller with it. A remote cluster is not bounded by this machine's cores: its
+    workers are started on its own machines (`dask worker --nworkers N`), so --workers there is refused as
+    meaningless rather than silently ignored.
+    """
+    if cluster:
+        raise ConfigError(
+            f"--workers {workers} has no effect with {cluster}: that cluster's workers are its own (`dask worker "
+            "--nworkers N` on each machine for Dask, the runner's own options for Beam); drop --workers"
+        )
+    cores = local_cores()
+    if workers > WORKERS_PER_CORE * cores:
+        raise ConfigError(
+            f"--workers {workers}: at most {WORKERS_PER_CORE * cores} worker processes here ({WORKERS_PER_CORE} "
+            f"per core, {cores} core(s)): each is a process with its own tokenizer, and more than the cores only "
+            f"share them; pass --workers {cores} (the default), or a Dask cluster (--runner {DASK} --dask-address) "
+            "for more"
+        )
 
 
 def _pop_runner(args: list[str]) -> tuple[list[str], str | None]:

@@ -346,12 +346,26 @@ _CHUNK = 1 << 20  # how much of an over-long line or file is read at a time
 
 def _read_line(f: io.BufferedIOBase, most: int) -> tuple[bytes | None, int, int]:
     """(the next line, newline included, b"" at the end; bytes read; bytes read less the newline). The line is
-    None when it holds more than `most` bytes: it is then read past in chunks and dropped, never held whole."""
-    raw = f.readline(most + 1)
-    if len(raw) <= most or raw.endswith(b"\n"):
+    None when it holds more than `most` bytes: it is then read past in chunks and dropped, never held whole.
+
+    Read _CHUNK at a time, not `readline(most + 1)`: that builds the line in pieces and joins them, so a line
+    over hbpe's 1 GiB ceiling took twice the ceiling (2.2 GB) before it was rejected; chunks are dropped as
+    soon as the line is known to be too long, so a rejected line takes at most `most` bytes and a chunk.
+    """
+    raw = f.readline(min(most + 1, _CHUNK))
+    if raw.endswith(b"\n") or len(raw) < min(most + 1, _CHUNK):  # the whole line (or the end of the file)
         return raw, len(raw), len(raw)
-    n, newline = _skip_line(f)
-    return None, len(raw) + n, len(raw) + n - newline
+    chunks, n = [raw], len(raw)
+    while n <= most:
+        chunk = f.readline(min(most + 1 - n, _CHUNK))
+        chunks.append(chunk)
+        n += len(chunk)
+        if not chunk or chunk.endswith(b"\n"):
+            line = b"".join(chunks)
+            return line, n, n
+    chunks.clear()  # over the limit: what was read goes before the rest is read past
+    skipped, newline = _skip_line(f)
+    return None, n + skipped, n + skipped - newline
 
 
 def _skip_text(f: io.BufferedIOBase, start: int) -> tuple[int, int, int] | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import tiktoken
@@ -26,8 +27,8 @@ import tiktoken
 from hbpe.pipeline.tokenizer.first_stage import vocabulary_tokens
 from hbpe.pipeline.tokenizer.second_stage import kernels
 from hbpe.pipeline.tokenizer.second_stage.apply import apply_merges, patch_of
-from hbpe.schemas.errors import HbpeError
-from hbpe.schemas.symbols import EOD, NUM_BYTES, PAD
+from hbpe.schemas.errors import ConfigError, HbpeError
+from hbpe.schemas.symbols import EOD, NUM_BYTES, PAD, TOKEN_EOD, TOKEN_PAD
 from hbpe.schemas.tokenizer_artifact import TokenizerSpec
 
 
@@ -128,12 +129,45 @@ class HierarchicalTokenizer:
         array([[397, 265, 257, 257],
                [258, 257, 257, 257]], dtype=uint16)
         """
+        return self._gather(self._checked_ids(tokens))
+
+    def _gather(self, ids: np.ndarray) -> np.ndarray:
         # np.take on int32 indices is ~2x faster than fancy indexing; negatives pick the marker rows
-        return np.take(self.table, np.asarray(tokens, dtype=np.int32), axis=0)
+        return np.take(self.table, ids, axis=0)
+
+    def _checked_ids(self, tokens: Any) -> np.ndarray:
+        """`tokens` as int32 row indices, or a ConfigError naming the first id this tokenizer has no row for.
+
+        Without it an id past the table was numpy's IndexError (or OverflowError), and an int64 id past 2**31
+        or a negative one below TOKEN_PAD silently picked another token's row.
+        """
+        ids = np.asarray(tokens)
+        flat = ids.reshape(-1)
+        if ids.dtype == object:  # Python ints past int64 (2**70), or values of mixed types
+            not_int = [t for t in flat if isinstance(t, bool) or not isinstance(t, (int, np.integer))]
+        else:
+            not_int = flat[:1] if ids.dtype.kind not in "iu" else []
+        if len(not_int):
+            first = not_int[0].item() if isinstance(not_int[0], np.generic) else not_int[0]
+            raise ConfigError(
+                f"token {first!r:.40} ({type(first).__name__}) is not an integer id: pass first-stage "
+                "ids, e.g. tok.patches(tok.encode('Hello world'))"
+            )
+        rows = len(self.table) - 2  # the vocabulary's; -1 and -2 are EOD and PAD
+        if ids.dtype == object:
+            outside = [t for t in flat if not TOKEN_PAD <= t < rows]
+        else:
+            outside = flat[(flat < TOKEN_PAD) | (flat >= rows)]
+        if len(outside):
+            raise ConfigError(
+                f"token id {int(outside[0])} is out of range for this tokenizer: ids are 0..{rows - 1} (its first "
+                f"stage's), or {TOKEN_EOD} (EOD) and {TOKEN_PAD} (PAD); encode text with tok.encode"
+            )
+        return ids.astype(np.int32, copy=False)
 
     def encode_patches(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        tokens = self.encode(text)
-        return tokens, self.patches(tokens)
+        tokens = self.encode(text)  # ids of this tokenizer: gathered without a check
+        return tokens, self._gather(tokens)
 
     def nbytes(self, tokens: np.ndarray) -> int:
         """UTF-8 bytes of text the tokens cover (markers cover none): BPB's denominator."""

@@ -12,7 +12,15 @@ import zstandard
 
 from hbpe.pipeline.beam.convert import run_convert
 from hbpe.pipeline.corpus.documents import RecordPolicy
-from hbpe.pipeline.corpus.files import MAX_PIECES, SPREAD_UNITS, FileInfo, file_info, iter_unit, plan_units
+from hbpe.pipeline.corpus.files import (
+    MAX_PIECES,
+    SPREAD_UNITS,
+    FileInfo,
+    WorkUnit,
+    file_info,
+    iter_unit,
+    plan_units,
+)
 from hbpe.schemas.convert_config import ConvertConfig
 from tests.conftest import SAMPLE_EN
 from tests.helpers import dir_bytes
@@ -95,3 +103,37 @@ def test_conversion_of_a_cut_file_writes_the_same_shards_and_rejects(tmp_path, g
         outs[name] = (m["counts"], files)
     assert outs["cut"] == outs["whole"]
     assert outs["whole"][0]["documents_rejected"] > 10 and len(outs["whole"][1]) > 4
+
+
+LINE = 16  # every line of the file below: `{"text":"k=NN"}` and its newline
+COMPRESSION = {"jsonl": None, "jsonl.gz": "gzip", "jsonl.bz2": "bzip2", "jsonl.zst": "zstd"}
+
+
+def sixteen_byte_lines(n: int) -> bytes:
+    out = b"".join(b'{"text":"k=%02d"}\n' % k for k in range(n))
+    assert len(out) == LINE * n
+    return out
+
+
+@pytest.mark.parametrize("suffix", sorted(COMPRESSION))
+@pytest.mark.parametrize("split", [4 * LINE, 4 * LINE + 5], ids=["on-a-line-start", "inside-a-line"])
+def test_a_line_starting_exactly_on_a_range_boundary_is_read_once(tmp_path, suffix, split):
+    """A range owns the lines that *start* inside it, [start, end): a line starting at `end` is the next range's.
+    Before (a planted `pos <= end` in _iter_lines), no test put a line start on a boundary, and such a line was
+    read by both ranges: a duplicate record. Ranges are made by hand at multiples of `split`, as plan_units cuts
+    a plain file, and through the compressed reader (_skip_text) the same way."""
+    data = sixteen_byte_lines(10)
+    path = tmp_path / f"in.{suffix}"
+    path.write_bytes(COMPRESS[suffix](data) if suffix in COMPRESS else data)
+    starts = list(range(0, len(data), split))
+    units = [
+        WorkUnit(i, 0, str(path), "jsonl", COMPRESSION[suffix], start, starts[i + 1] if i + 1 < len(starts) else None)
+        for i, start in enumerate(starts)
+    ]
+    per_unit = [list(iter_unit(u, RecordPolicy())) for u in units]
+    read = [r for records in per_unit for r in records]
+    assert [(r.offset, r.text) for r in read] == [(k * LINE, f"k={k:02d}") for k in range(10)]  # each line once
+    if COMPRESSION[suffix]:  # the skipped text is counted; a plain file's later ranges do not know their lines
+        assert [r.line for r in read] == list(range(1, 11))
+    owns = [[r.offset for r in records] for records in per_unit]
+    assert owns == [[o for o in range(0, len(data), LINE) if s <= o < s + split] for s in starts]

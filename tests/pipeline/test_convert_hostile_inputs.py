@@ -95,6 +95,43 @@ def test_without_max_doc_bytes_a_record_over_the_default_ceiling_is_a_reject(tmp
     assert records[0].detail.endswith(f"> {1 << 20} (hbpe's ceiling without --max-doc-bytes): skipped unread")
 
 
+CEILING = 4 << 20  # hbpe's ceiling without --max-doc-bytes, lowered from 1 GiB to keep the file small
+ZSTD_OUTPUT = 8 << 20  # what one of _ZstdReader's feeds may decompress to, held beside the line
+
+
+@pytest.mark.parametrize("name", ["long.jsonl", "long.jsonl.gz", "long.jsonl.zst"])
+def test_a_line_over_the_default_ceiling_is_rejected_holding_no_more_than_the_ceiling(tmp_path, monkeypatch, name):
+    """(issue 35) Without --max-doc-bytes, a 3 GB single-line .gz took 2.2 GB before the 1 GiB ceiling rejected
+    it: the line was read whole up to the ceiling, then joined into a second copy. Read in chunks that are
+    dropped once the line is known too long, it takes the ceiling and a chunk (before: 2x the ceiling)."""
+    monkeypatch.setattr(documents, "DEFAULT_MAX_RECORD_BYTES", CEILING)
+    line = b'{"text": "' + b"a" * (10 << 20) + b'"}'
+    path = tmp_path / name
+    path.write_bytes(COMPRESS[next((s for s in COMPRESS if s and name.endswith(s)), "")](line + b'\n{"text": "ok"}\n'))
+    records, peak = read_all(path, RecordPolicy())
+    bound = CEILING + (2 << 20) + (ZSTD_OUTPUT if name.endswith(".zst") else 0)  # 1 MiB over it, measured
+    assert peak < bound, f"{peak / CEILING:.2f} x the ceiling"
+    assert [(type(r).__name__, getattr(r, "reason", None)) for r in records] == [("Reject", "too_long"), ("Document", None)]  # fmt: skip
+    assert records[0].detail == (
+        f"a record of {len(line)} bytes > {CEILING} (hbpe's ceiling without --max-doc-bytes): skipped unread"
+    )
+    assert (records[1].offset, records[1].line, records[1].text) == (len(line) + 1, 2, "ok")
+
+
+@pytest.mark.parametrize("size", [CEILING - 1, CEILING, CEILING + 1])
+def test_lines_at_the_ceiling_read_in_chunks_are_kept_whole_or_rejected(tmp_path, monkeypatch, size):
+    """The chunked reader draws the line at the same byte as before: a record of CEILING bytes is kept."""
+    monkeypatch.setattr(documents, "DEFAULT_MAX_RECORD_BYTES", CEILING)
+    text = "b" * (size - len('{"text": ""}'))
+    path = tmp_path / "edge.jsonl.gz"
+    path.write_bytes(gzip.compress(json.dumps({"text": text}).encode() + b"\r\n", 1))
+    [record] = list(iter_documents(str(path), RecordPolicy()))
+    if size <= CEILING:
+        assert isinstance(record, Document) and record.text == text
+    else:
+        assert record.reason == "too_long" and record.detail.startswith(f"a record of {size} bytes > {CEILING} (")
+
+
 def convert(tok_dir, src: Path, out: Path, runner: str, **kw) -> dict:
     cfg = ConvertConfig(inputs=(str(src),), output=str(out), tokenizer=str(tok_dir), seq_len=16, tail="pad", **kw)
     if runner == "inprocess":

@@ -17,6 +17,7 @@ import zstandard
 
 from hbpe.pipeline.beam.convert import run_convert
 from hbpe.schemas.convert_config import ConvertConfig
+from hbpe.schemas.errors import ConfigError
 from tests.conftest import SAMPLE_EN
 from tests.helpers import bad_inputs, dir_bytes, without_timing
 
@@ -118,3 +119,144 @@ def test_beam_dask_runner_options_are_known():
     from hbpe.pipeline.beam.options import check_pipeline_args
 
     check_pipeline_args(["--runner=apache_beam.runners.dask.dask_runner.DaskRunner", "--dask_client_address=tcp://h:1"])
+
+
+# ---- --dask-address naming something that is not a Dask scheduler (issue 35) ----------------------------------
+
+
+@pytest.fixture
+def http_server():
+    """A real HTTP server on 127.0.0.1: it accepts the connection and waits for a request line that never comes."""
+    import http.server
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # its "400 Bad request" lines would land in the CLI's captured stderr
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"tcp://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def garbage_server():
+    """A raw TCP server on 127.0.0.1 that answers every connection with 4 KiB of garbage and keeps it open."""
+    import random
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed at teardown
+                return
+            held.append(conn)
+            conn.sendall(random.Random(0).randbytes(4096))
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
+def open_executor(address: str, timeout_s: float) -> tuple[BaseException | None, float]:
+    """(what dask_executor raised, seconds it took), run in a thread so that a hang fails the test instead of
+    blocking it."""
+    from hbpe.pipeline.beam.dask_cluster import dask_executor
+
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            with dask_executor(address, 1, print, timeout_s=timeout_s):
+                box["error"] = None
+        except BaseException as e:  # noqa: BLE001 - the test looks at it
+            box["error"] = e
+
+    t0 = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=timeout_s + 20)
+    assert "error" in box, f"dask_executor({address}) still hangs after {timeout_s + 20:g} s"
+    return box["error"], time.monotonic() - t0
+
+
+def test_an_http_server_as_dask_address_is_refused_within_the_timeout(http_server):
+    """Before: "runner: DaskRunner" and nothing more for 7+ minutes (distributed waits for the handshake forever)."""
+    error, took = open_executor(http_server, timeout_s=1)
+    assert isinstance(error, ConfigError) and took < 10, (error, took)
+    assert str(error) == (
+        f"--dask-address {http_server} is not a Dask scheduler: it accepted the connection but gave no Dask "
+        "handshake within 2 s; pass the address `dask scheduler` prints (tcp://HOST:8786 by default) or drop "
+        "--dask-address for a local cluster"
+    )
+
+
+def test_a_server_answering_garbage_as_dask_address_is_refused(garbage_server):
+    """Before: "MemoryError: Unable to allocate 3.07 EiB" (a frame length read from the garbage)."""
+    error, took = open_executor(garbage_server, timeout_s=1)
+    assert isinstance(error, ConfigError) and took < 10, (error, took)
+    assert f"--dask-address {garbage_server} is not a Dask scheduler: it answered in bytes that are not Dask's" in str(error)  # fmt: skip
+
+
+def test_a_dask_worker_as_dask_address_is_refused_naming_it(cluster):
+    _, client = cluster
+    worker = next(iter(client.scheduler_info()["workers"]))
+    error, _ = open_executor(worker, timeout_s=5)
+    assert isinstance(error, ConfigError)
+    assert "speaks Dask's protocol but is a Dask Worker, not the scheduler" in str(error)
+
+
+def test_a_closed_port_as_dask_address_says_nothing_listens():
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"  # closed on leaving: nothing listens there
+    error, took = open_executor(address, timeout_s=1)
+    assert isinstance(error, ConfigError) and took < 10, (error, took)
+    assert str(error).startswith(f"cannot reach the Dask scheduler at --dask-address {address} (Timed out trying")
+
+
+def test_a_malformed_dask_address_is_refused_before_connecting():
+    error, _ = open_executor("tcp://h:notaport", timeout_s=1)
+    assert isinstance(error, ConfigError)
+    assert str(error).startswith("--dask-address 'tcp://h:notaport' is not an address of a Dask scheduler (invalid")
+
+
+def test_cli_refuses_an_http_server_as_dask_address_within_hbpe_dask_timeout(
+    http_server, tmp_path, gpt2_tokenizer_dir, corpus, monkeypatch
+):
+    """`hbpe convert --runner DaskRunner --dask-address` at an HTTP server: one line within HBPE_DASK_TIMEOUT (here 1 s)
+    and its grace, before anything is written (before: "runner: DaskRunner" and nothing more for 7+ minutes)."""
+    from click.testing import CliRunner
+
+    from hbpe.cli import main
+    from tests.helpers import cli_fails
+
+    monkeypatch.setenv("HBPE_DASK_TIMEOUT", "1")
+    out = tmp_path / "out"
+    args = ["convert", "--tokenizer", str(gpt2_tokenizer_dir), "--input", str(corpus), "--out", str(out)]
+    t0 = time.monotonic()
+    r = CliRunner().invoke(main, [*args, "--runner", "DaskRunner", "--dask-address", http_server])
+    assert time.monotonic() - t0 < 30
+    cli_fails(r, 2, f"error: --dask-address {http_server} is not a Dask scheduler: it accepted the connection but "
+                    "gave no Dask handshake within 2 s")  # fmt: skip
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "soon", "inf", "nan"])
+def test_hbpe_dask_timeout_must_be_seconds(monkeypatch, raw):
+    from hbpe.pipeline.beam.dask_cluster import connect_timeout
+
+    monkeypatch.setenv("HBPE_DASK_TIMEOUT", raw)
+    with pytest.raises(ConfigError, match=rf"^HBPE_DASK_TIMEOUT='{raw}': must be a number of seconds > 0"):
+        connect_timeout()
+    monkeypatch.setenv("HBPE_DASK_TIMEOUT", "2.5")
+    assert connect_timeout() == 2.5

@@ -1,7 +1,9 @@
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.symbols import EOD, EOP, PAD, TOKEN_EOD, TOKEN_PAD
 
 TRICKY = [
@@ -55,6 +57,32 @@ def test_marker_tokens_gather_marker_patches(gpt2_tokenizer):
     rows = gpt2_tokenizer.patches(np.array([TOKEN_EOD, TOKEN_PAD], dtype=np.int32))
     assert rows[0].tolist() == [EOD] + [PAD] * 9
     assert rows[1].tolist() == [PAD] * 10
+
+
+@pytest.mark.parametrize(
+    "tokens, message",
+    [
+        ([464, 2**40], r"token id 1099511627776 is out of range"),  # before: OverflowError (int32)
+        ([464, 2**70], r"token id 1180591620717411303424 is out of range"),  # before: OverflowError
+        (np.array([2**33], dtype=np.int64), r"token id 8589934592 is out of range"),  # before: row 0, silently
+        ([50257], r"token id 50257 is out of range"),  # before: IndexError
+        ([TOKEN_PAD - 1], r"token id -3 is out of range"),  # before: the row of token 50256, silently
+        ([1.5], r"token 1\.5 \(float\) is not an integer id"),  # before: token 1, silently
+        ([True], r"token True \(bool\) is not an integer id"),
+    ],
+)
+def test_patches_of_an_id_the_tokenizer_has_no_row_for_is_a_clear_error(gpt2_tokenizer, tokens, message):
+    """(issue 35) ids are the first stage's 0..50256, or the markers TOKEN_EOD and TOKEN_PAD."""
+    tail = (
+        r"; encode text with tok\.encode$"
+        if "range" in message
+        else r": pass first-stage ids, e\.g\. tok\.patches\(tok\.encode\('Hello world'\)\)$"
+    )
+    ranges = r" for this tokenizer: ids are 0\.\.50256 \(its first stage's\), or -1 \(EOD\) and -2 \(PAD\)"
+    with pytest.raises(ConfigError, match="^" + message + (ranges if "range" in message else "") + tail):
+        gpt2_tokenizer.patches(tokens)
+    assert gpt2_tokenizer.patches([]).shape == (0, 10)
+    assert gpt2_tokenizer.patches([[464, TOKEN_EOD], [TOKEN_PAD, 50256]]).shape == (2, 2, 10)
 
 
 def test_split_documents_at_eod(gpt2_tokenizer):
