@@ -29,6 +29,15 @@ def _checkpoint_batches(folder) -> list[int]:
     return sorted(int(m[1]) for p in folder.glob("ep*-rank0.pt") if (m := re.search(r"-ba(\d+)-", p.name)))
 
 
+def _wait_until(condition, cli: subprocess.Popen, err, what: str, *, deadline_s: float = 180.0) -> None:
+    """Poll `condition` until it holds; fail with the CLI's stderr when the CLI ends first or `deadline_s` passes."""
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert cli.poll() is None, f"the CLI ended before {what}: {err.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {what} within {deadline_s:g} s: {err.read_text()[-3000:]}"
+        time.sleep(0.2)
+
+
 def _gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -50,9 +59,8 @@ def test_sigterm_stops_every_rank_before_the_command_exits(sample_shards, tmp_pa
         cli = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err)
     procs: list[psutil.Process] = []
     try:
-        while not (folder / "latest-rank0.pt").exists():  # a checkpoint is whole (its pointer is written after it)
-            assert cli.poll() is None, (tmp_path / "err.txt").read_text()[-3000:]
-            time.sleep(0.2)
+        # a checkpoint is whole (its pointer is written after it)
+        _wait_until((folder / "latest-rank0.pt").exists, cli, tmp_path / "err.txt", "checkpoint")
         procs = psutil.Process(cli.pid).children(recursive=True)  # the launcher, the 2 ranks, their helpers
         ranks = [p for p in procs if p.cmdline()[1:3] == ["-m", "hbpe.training.train.launch"]]
         assert len(ranks) == 2
@@ -160,14 +168,20 @@ def test_ctrl_c_in_the_rendezvous_names_no_save_folder_without_checkpoints(tmp_p
     with _http_server() as (port, contacts):
         cmd = [sys.executable, "-m", "hbpe.cli", "train", "tiny", f"data.train={tmp_path}", "data.eval=null"]
         cmd += [f"save_folder={folder}", *_node_1_of_2(port, "600")]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        tmp = tmp_path / "tmp"  # where `hbpe train` makes its rendezvous marks folder (tempfile)
+        tmp.mkdir()
+        env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)}
         with open(tmp_path / "err.txt", "w") as err:
             cli = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
         try:
-            while len(contacts) < 2:  # [0]: wait_for_master's probe; then the rank's store client
-                assert cli.poll() is None, (tmp_path / "err.txt").read_text()[-3000:]
-                time.sleep(0.2)
-            time.sleep(0.5)
+
+            def in_rendezvous() -> bool:
+                """The rank marked that it reached the rendezvous (rendezvous_marked) and its store client has
+                connected ([0]: wait_for_master's probe, before the launcher starts; then the rank's store client)."""
+                return bool(list(tmp.glob("hbpe-rendezvous-*/0.started"))) and len(contacts) >= 2
+
+            _wait_until(in_rendezvous, cli, tmp_path / "err.txt", "rank in the rendezvous")
+            assert not list(tmp.glob("hbpe-rendezvous-*/0.joined"))  # waiting there, as node 0 never answers
             cli.send_signal(signal.SIGINT)
             assert cli.wait(timeout=60) == 130, (tmp_path / "err.txt").read_text()[-3000:]
         finally:
@@ -200,9 +214,11 @@ def test_ctrl_c_names_the_last_checkpoint_and_how_to_continue(sample_shards, tmp
     try:
         # a checkpoint is whole once the pointer names it; without checkpoints, wait for a trained batch
         ready = (folder / "latest-rank0.pt") if saved else (folder / "metrics.jsonl")
-        while not (ready.exists() and (saved or '"kind": "train"' in ready.read_text())):
-            assert cli.poll() is None, (tmp_path / "err.txt").read_text()[-3000:]
-            time.sleep(0.2)
+
+        def done() -> bool:
+            return ready.exists() and (saved or '"kind": "train"' in ready.read_text())
+
+        _wait_until(done, cli, tmp_path / "err.txt", "checkpoint" if saved else "trained batch")
         whole = int(re.search(r"-ba(\d+)-", os.readlink(ready))[1]) if saved else None
         cli.send_signal(signal.SIGINT)
         assert cli.wait(timeout=120) == 130, (tmp_path / "err.txt").read_text()[-3000:]

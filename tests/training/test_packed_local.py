@@ -237,3 +237,25 @@ def test_attention_dropout_reaches_one_symbol_patches_as_in_the_padded_model(cau
         per_head = ratio[..., 0]  # (M, H): one attention weight per patch and head, kept or dropped
         assert torch.allclose(ratio, per_head.unsqueeze(-1).expand_as(ratio)), layout
         assert set(per_head.round(decimals=4).unique().tolist()) == {0.0, 2.0}, layout
+
+
+@pytest.mark.parametrize("layout,attention", [("padded", "auto"), ("packed", "auto"), ("packed", "blocks")])
+@pytest.mark.parametrize("shape", [(0, 5), (2, 1), (2, 0)])
+def test_a_batch_with_nothing_to_predict_is_refused_at_the_models_door(layout, attention, shape):
+    """B = 0 rows, or rows of T < 2 positions (nothing to predict): one ValueError naming the shape, not a
+    reshape error from inside the local models; a (1, 2) batch, the least there is, still runs."""
+    spec = VocabSpec(vocab_size=300, max_patch_size=6, n_vocab=1000)
+    model = build_model(model_config("tiny", local_layout=layout, packed_attention=attention), spec)
+    B, T = shape
+    with pytest.raises(
+        ValueError, match=rf"shape \({B}, {T}, 6\) has nothing to predict: it needs B >= 1 rows of T >= 2"
+    ):
+        model({"patches": torch.full((B, T, 6), 5), "first_target": torch.ones(B, dtype=torch.long)})
+    logits, targets = model({"patches": torch.full((1, 2, 6), 5), "first_target": torch.zeros(1, dtype=torch.long)})
+    assert logits.shape == (6, 300) and (targets == 5).all()
+
+
+def test_the_embedding_schemes_refuse_an_empty_batch_too():
+    model = build_model(model_config("tiny", io="bpe"), VocabSpec(vocab_size=300, max_patch_size=6, n_vocab=1000))
+    with pytest.raises(ValueError, match=r"shape \(0, 5\) has nothing to predict"):
+        model({"tokens": torch.zeros(0, 5, dtype=torch.long)})

@@ -3,7 +3,10 @@
 The torch path (layers.Attention._packed: length blocks, SDPA, RoPE as a complex product) is the
 reference: the kernel's output and its gradient with respect to the fused qkv projection agree with
 it to float64 rounding, over patches of every length from 1 to past S, causal and bidirectional.
-Whole models are held to the padded layout in test_packed_local.py with the kernel on and off.
+Both paths share PatchPacking's RoPE frequencies, so both are also held to an attention written here
+from the formulas (theta_i = base^(-2i/d), each channel pair turned by position * theta_i), and the
+frequency helper to the formula itself. Whole models are held to the padded layout in
+test_packed_local.py with the kernel on and off.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.train_config import model_config
 from hbpe.training.model import patch_attention as pa
-from hbpe.training.model.layers import Attention
+from hbpe.training.model.layers import Attention, rope
 from hbpe.training.model.packing import PatchPacking
 
 pytestmark = pytest.mark.skipif(pa._patch_attention is None, reason="the C extension is not built")
@@ -67,14 +70,92 @@ def test_the_kernel_is_the_torch_paths_function_in_float64(causal):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_in_float32_the_kernel_rounds_as_closely_as_sdpa(causal):
-    """fp32: both within a few ulps of the float64 function; neither is the exact reference."""
-    exact, _ = _both(torch.float64, causal)
+    """fp32: both within a few ulps of the torch path's float64 function; not of the kernel's own float64 output,
+    which a bug in code both of the kernel's precisions run (its RoPE tables, say) shares."""
+    _, exact = _both(torch.float64, causal)  # the torch path: length blocks and SDPA
     native, torch_path = _both(torch.float32, causal)
     for i, what in enumerate(("output", "rows' grad", "qkv grad")):
         scale = exact[i].abs().max()
         err_native = float((native[i].double() - exact[i]).abs().max() / scale)
         err_torch = float((torch_path[i].double() - exact[i]).abs().max() / scale)
         assert err_native < 1e-3 and err_native <= 2 * err_torch + 1e-6, (what, err_native, err_torch)
+
+
+def _formula_frequencies(head_dim: int, base: float) -> torch.Tensor:
+    """theta_i = base^(-2i/d) for the channel pairs i = 0 .. d/2 - 1, in float64 (RoFormer, eq. 15)."""
+    i = torch.arange(head_dim // 2, dtype=torch.float64)
+    return torch.tensor(base, dtype=torch.float64) ** (-2.0 * i / head_dim)
+
+
+def _formula_rope(t: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """t (..., L, H, Dh) with each channel pair (x_2i, x_2i+1) at position p turned by the angle p * theta_i."""
+    ang = positions.double()[:, None] * _formula_frequencies(t.shape[-1], base)[None, :]  # (L, Dh/2)
+    c, s = ang.cos()[:, None, :], ang.sin()[:, None, :]  # (L, 1, Dh/2): one angle for every head
+    even, odd = t[..., 0::2], t[..., 1::2]
+    out = torch.empty_like(t)
+    out[..., 0::2], out[..., 1::2] = even * c - odd * s, even * s + odd * c
+    return out
+
+
+def _formula_attention(attn: Attention, x: torch.Tensor, lengths: list[int], causal: bool) -> torch.Tensor:
+    """Each patch's rows (in row-major order) attend within the patch, at RoPE positions 0 .. l-1: softmax(q k^T /
+    sqrt(Dh)) v per head, written out in float64 with no helper of hbpe's but the layer's two projections."""
+    H = attn.heads
+    D = x.shape[1]
+    Dh = D // H
+    outs, start = [], 0
+    for n in lengths:
+        q, k, v = attn.qkv(x[start : start + n]).double().view(n, 3, H, Dh).unbind(1)  # 3 x (l, H, Dh)
+        pos = torch.arange(n)
+        q, k = _formula_rope(q, pos, attn.theta), _formula_rope(k, pos, attn.theta)
+        scores = torch.einsum("qhd,khd->hqk", q, k) / Dh**0.5  # (H, l, l)
+        if causal:
+            scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        outs.append(torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(n, D))
+        start += n
+    return attn.out(torch.cat(outs).to(x.dtype))
+
+
+def test_the_rope_helpers_are_the_formula():
+    """PatchPacking's frequencies (both paths' RoPE), its two tables (the kernel's, the torch path's) and the padded
+    layout's `rope` against theta_i = base^(-2i/d) and the pair rotation, to fp32 rounding of the angles."""
+    packing = _packing(LENGTHS)
+    for head_dim, base in ((8, 10000.0), (16, 500.0), (64, 1e6)):
+        expected = _formula_frequencies(head_dim, base)
+        torch.testing.assert_close(packing._frequencies(head_dim, base).double(), expected, rtol=1e-6, atol=0)
+        ang = torch.arange(max(LENGTHS), dtype=torch.float64)[:, None] * expected[None, :]  # (L, Dh/2)
+        cos, sin = packing.rotation_table(head_dim, base, torch.float64)
+        torch.testing.assert_close(cos, ang.cos(), rtol=0, atol=1e-5)
+        torch.testing.assert_close(sin, ang.sin(), rtol=0, atol=1e-5)
+        turn = packing.rotation(head_dim, base)[:, 0]  # (N, Dh/2) at each length-ordered row's slot
+        slot = packing.col.index_select(0, packing.order).double()[:, None] * expected[None, :]
+        torch.testing.assert_close(turn.real.double(), slot.cos(), rtol=0, atol=1e-5)
+        torch.testing.assert_close(turn.imag.double(), slot.sin(), rtol=0, atol=1e-5)
+        t = torch.randn(2, 3, 7, head_dim, dtype=torch.float64)  # (B, H, L, Dh)
+        pos = torch.arange(5, 12)
+        padded = rope(t, pos, base).transpose(1, 2)  # (B, L, H, Dh)
+        torch.testing.assert_close(padded, _formula_rope(t.transpose(1, 2), pos, base), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_both_paths_are_the_formulas_attention(causal):
+    """Kernel and torch path against attention written from the formulas (its own RoPE): a frequency helper that
+    both share cannot hide here. float64, weights scaled so that softmax is far from uniform; the tolerance is
+    the fp32 rounding of the RoPE angles both paths use (their factors are fp32 values)."""
+    torch.manual_seed(4)
+    packing = _packing(LENGTHS)
+    attn = Attention(32, 4, 10000.0, dropout=0.0).double()
+    with torch.no_grad():
+        attn.qkv.weight.mul_(4.0)
+    x = torch.randn(packing.size, 32, dtype=torch.float64)
+    with torch.no_grad():
+        expected = _formula_attention(attn, x, LENGTHS, causal)
+        native = attn(x, causal=causal, packing=packing, native=True)
+        torch_path = attn(x.index_select(0, packing.order), causal=causal, packing=packing)
+        torch_path = torch_path.index_select(0, packing.inverse)
+    scale = expected.abs().max()
+    for got, what in ((native, "kernel"), (torch_path, "torch path")):
+        assert float((got - expected).abs().max() / scale) < 1e-5, what
 
 
 def test_gradcheck_of_the_kernel_alone():

@@ -5,6 +5,7 @@ a user can cause are one `error:` line."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import pytest
@@ -144,16 +145,38 @@ def test_config_mistakes_that_were_internal_errors(override, message):
     _fails(CliRunner().invoke(main, ["train", "tiny", *overrides]), 2, message)
 
 
-def test_warmup_units_that_composer_takes_are_kept(sample_shards):
-    train_dir = sample_shards[0]
-    for extra in (
-        ["max_duration=2ep"],
-        ["max_duration=12sp", "optim.warmup=0.1dur"],
-        ["max_duration=12sp", "optim.warmup=2sp"],
-    ):
-        load_config("tiny", [f"data.train={train_dir}", "data.eval=null", *extra])
-    cfg = load_config("tiny", [f"data.train=file://{train_dir}", f"data.eval=file://{sample_shards[1]}"])
-    assert cfg.data.train == str(train_dir) and cfg.data.eval == str(sample_shards[1])  # file:// is a local path
+def _warmup_cosine(t: float, warmup: float, total: float, *, lr: float = 3e-3, alpha_f: float = 0.1) -> float:
+    """The tiny config's schedule at time t (any one unit): linear warmup from 0, then cosine down to alpha_f * lr."""
+    if t < warmup:
+        return lr * t / warmup
+    return lr * (alpha_f + (1 - alpha_f) * 0.5 * (1 + math.cos(math.pi * (t - warmup) / (total - warmup))))
+
+
+WARMUP_UNITS = {
+    # the default warmup=10ba in a run measured in epochs: 2 epochs of 4 samples are 4 batches of 2, all in warmup
+    "epochs": (["max_duration=2ep", "data.epoch_size=4"], 4, lambda batches, samples: _warmup_cosine(batches, 10, 4)),
+    # a fraction of the run: Composer takes it in max_duration's unit, whole samples: int(0.1 * 12) = 1
+    "fraction": (["max_duration=12sp", "optim.warmup=0.1dur"], 6, lambda batches, samples: _warmup_cosine(samples, 1, 12)),
+    "samples": (["max_duration=12sp", "optim.warmup=2sp"], 6, lambda batches, samples: _warmup_cosine(samples, 2, 12)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("extra,batches,schedule", WARMUP_UNITS.values(), ids=WARMUP_UNITS.keys())
+def test_warmup_units_that_composer_takes_are_kept(sample_shards, tmp_path, extra, batches, schedule):
+    """Each config trains for its duration with the learning rate its warmup unit gives, batch by batch (the
+    metrics file's lr of batch b is the one its step used: after b - 1 batches, 2 samples each)."""
+    from hbpe.training.train.metrics_file import read_metrics
+
+    folder = tmp_path / "run"
+    base = ("data.eval=null", "global_batch_size=2", "save_interval=100ba", "console=false")
+    assert train(_cfg(sample_shards, folder, *base, *extra))["batches"] == batches
+    lrs = [r["lr-AdamW/group0"] for r in read_metrics(str(folder / "metrics.jsonl"))["train"]]
+    assert lrs == pytest.approx([schedule(b, 2 * b) for b in range(batches)], rel=1e-9, abs=1e-12)
+
+
+def test_a_file_uri_is_a_local_path(sample_shards):
+    cfg = load_config("tiny", [f"data.train=file://{sample_shards[0]}", f"data.eval=file://{sample_shards[1]}"])
+    assert cfg.data.train == str(sample_shards[0]) and cfg.data.eval == str(sample_shards[1])
 
 
 def test_generate_refuses_temperatures_and_seeds_it_cannot_use(tmp_path):
@@ -182,13 +205,17 @@ def test_launch_prints_one_line_per_failure(sample_shards, tmp_path, capsys, mon
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: seed=-1: must be in 0..4294967295; e.g. seed=17"]
-    # a file where the log's folder goes: an OS error on a path the user gave, one line, exit 2
-    (tmp_path / "afile").write_text("x")
+    # a file where the log's folder goes (in the save folder, where the log goes): an OS error on a path the user
+    # gave, one line, exit 2
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "afile").write_text("x")
     with pytest.raises(SystemExit) as e:
-        launch_main([*base, f"save_folder={tmp_path / 'b'}", f"log_file={tmp_path / 'afile' / 'train.log'}"])
+        launch_main([*base, f"save_folder={tmp_path / 'b'}", "log_file=afile/train.log"])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: {tmp_path / 'afile'}: File exists (a file where a directory is needed?); pass another path"]
+    assert err == [
+        f"error: {tmp_path / 'b' / 'afile'}: File exists (a file where a directory is needed?); pass another path"
+    ]
     # a failure hbpe does not check for (Composer's own ValueError): the CLI's internal-error line, exit 1
     with pytest.raises(SystemExit) as e:
         launch_main([*base, f"save_folder={tmp_path / 'c'}", "fsdp={version: 2, state_dict_type: bogus}"])

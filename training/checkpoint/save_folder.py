@@ -378,6 +378,29 @@ def set_aside_incomplete(folder: str, resume_from: str | None) -> list[str]:
     return moved
 
 
+def earlier_checkpoints(folder: str, up_to_batch: int) -> list[str]:
+    """The local checkpoints rank 0 saved in `folder` up to `up_to_batch`, oldest first (what a resumed run's rotation
+    takes over: KeepNewestCheckpoints).
+
+    Only Composer's own names (`ep0-ba4-rank0.pt`), regular files: not `latest-rank0.pt` (a symlink), not a
+    `.incomplete` one set aside, a consolidated copy or a user's file; a bucket keeps its objects (hbpe never deletes
+    objects), and Composer's local copies of a bucket run live in a temporary folder.
+    """
+    root = Path(folder)
+    if storage.is_remote(folder) or not root.is_dir():
+        return []
+    found = [
+        (b, p)
+        for p in root.iterdir()
+        if p.name.endswith("-rank0.pt")
+        and (b := checkpoint_batch(p.name)) is not None
+        and b <= up_to_batch
+        and p.is_file()
+        and not p.is_symlink()
+    ]
+    return [str(p) for _, p in sorted(found, key=lambda bp: bp[0])]
+
+
 def follow_pointer(pointer: str) -> str | None:
     """The URI a Composer pointer object (`latest-rank0.pt.symlink`) names, None when there is none.
 

@@ -32,6 +32,12 @@ def check_finite_bpb(
         )
 
 
+# streaming pads its sample index to whole batches (8 bytes a slot per worker: batch_size=2**31 ran for minutes
+# and 2**70 ended in its sampler's ValueError), and a batch is held in memory whole: 65536 samples is far past
+# what any device evaluates at once
+MAX_EVAL_BATCH_SIZE = 1 << 16
+
+
 def check_eval_args(*, batch_size: int, max_batches: int | None) -> None:
     """batch_size and max_batches, checked before a model is loaded; one ConfigError each (max_batches=0 evaluated
     nothing and said "bits per byte is undefined")."""
@@ -39,6 +45,11 @@ def check_eval_args(*, batch_size: int, max_batches: int | None) -> None:
         raise ConfigError(
             f"batch_size={batch_size!r} ({type(batch_size).__name__}): must be an integer >= 1; e.g. batch_size=8 "
             "(--batch-size 8)"
+        )
+    if batch_size > MAX_EVAL_BATCH_SIZE:
+        raise ConfigError(
+            f"batch_size={batch_size}: at most {MAX_EVAL_BATCH_SIZE} samples per batch (a batch is held in memory "
+            "whole, and the loader indexes every slot of it); e.g. batch_size=8 (--batch-size 8)"
         )
     if max_batches is not None and (
         isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 1

@@ -79,9 +79,24 @@ class PatchLM(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (logits (M, V), targets (M,)) for every prediction in the batch."""
+        self._check_batch(batch)
         e = self.io.encode(batch)  # (B, T, D): e_t = g_phi(patch_t)
         h = self.latent(e, causal=True)  # (B, T, D): h_t = f_theta(e_<=t)
         return self.io.decode(h, batch)  # (M, V), (M,): m_psi's logits for patch t+1 from h_t
+
+    def _check_batch(self, batch: dict[str, torch.Tensor]) -> None:
+        """Refuse a batch with nothing to predict here, not as a reshape error deep in the local models.
+
+        Position t predicts position t + 1, so a row needs T >= 2 positions, and a batch >= 1 row.
+        The check reads static shapes only (no data-dependent op: the compiled step keeps its graph).
+        """
+        x = scheme_spec(self.cfg).latent_input(batch)  # (B, T) tokens or (B, T, S) patches
+        if x.dim() < 2 or x.shape[0] < 1 or x.shape[1] < 2:
+            raise ValueError(
+                f"PatchLM: a batch of shape {tuple(x.shape)} has nothing to predict: it needs B >= 1 rows "
+                "of T >= 2 positions (position t predicts t + 1); drop empty batches and give each row "
+                "at least two positions"
+            )
 
     def latent_step(self, e: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         """f_theta on new positions e (B, L, D) after those in `cache` -> h (B, L, D)."""

@@ -1,5 +1,5 @@
-"""Training's own callbacks: text bytes and patches per second (the numbers `hbpe bench train` reports), and the
-progress line a run shows on stderr."""
+"""Training's own callbacks: text bytes and patches per second (the numbers `hbpe bench train` reports), the
+progress line a run shows on stderr, and the rotation of a resumed run's earlier checkpoints."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from composer import Callback, Logger, State
 
 from hbpe.pipeline.progress_line import ProgressLine, progress_interval, rate
+from hbpe.training.checkpoint.save_folder import earlier_checkpoints
 
 
 class ThroughputMeter(Callback):
@@ -114,6 +115,35 @@ class TrainProgress(Callback):
             out["BPB"] = f"{float(bpb.compute()):.3f}"
         out[""] = rate(float(self._bytes), time.monotonic() - self._t0)
         return out
+
+
+class KeepNewestCheckpoints(Callback):
+    """save_num_checkpoints_to_keep across a resumption: the newest N checkpoints of the run, not of this process.
+
+    Composer's CheckpointSaver deletes only the checkpoints it saved itself (its list starts empty in each process),
+    so those of the run before a kill and autoresume were never deleted (save_num_checkpoints_to_keep=3 kept 5). At the
+    start of fit, rank 0 puts the run's earlier checkpoints at the front of that list, oldest first: Composer's own
+    rotation then deletes them as the new ones arrive, the resume point last. Sharded checkpoints (a folder per
+    checkpoint, written by every rank) are left to Composer as they are.
+    """
+
+    def __init__(self) -> None:
+        self._done = False
+
+    def fit_start(self, state: State, logger: Logger) -> None:
+        from composer.callbacks import CheckpointSaver
+        from composer.utils import dist, format_name_with_dist
+
+        if self._done or dist.get_global_rank() != 0 or state.fsdp_sharded_state_dict_enabled:
+            return
+        self._done = True
+        for saver in (cb for cb in state.callbacks if isinstance(cb, CheckpointSaver)):
+            if saver.num_checkpoints_to_keep < 1:  # 0 keeps none of its own: the earlier ones are the only resume point
+                continue
+            folder = format_name_with_dist(saver.folder, state.run_name)
+            known = set(saver.saved_checkpoints)
+            earlier = [p for p in earlier_checkpoints(folder, int(state.timestamp.batch)) if p not in known]
+            saver.saved_checkpoints[:0] = earlier
 
 
 def total_batches(state: State) -> int | None:

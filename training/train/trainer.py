@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from composer import Callback
@@ -32,7 +33,7 @@ from hbpe.training.data.streams import build_dataloaders, cache_root, claim_cach
 from hbpe.training.model.devices import composer_device
 from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
 from hbpe.training.train.calibration import resolve_entropy_threshold, resolve_tokenizer
-from hbpe.training.train.callbacks import ThroughputMeter, TrainProgress
+from hbpe.training.train.callbacks import KeepNewestCheckpoints, ThroughputMeter, TrainProgress
 from hbpe.training.train.composer_model import HierarchicalComposerModel
 from hbpe.training.train.launch_command import rendezvous_marked
 from hbpe.training.train.loggers import build_callbacks, build_loggers
@@ -60,9 +61,11 @@ class BuiltRun:
     def close(self) -> None:
         """Composer's close; then the run's datasets give back their shared memory (training/data/shared_memory.py:
         streaming would hold it, ~40 file descriptors a run, until the process exits) and the run's stream cache
-        is released, so that a process training run after run (`hbpe experiment`, the API) holds neither."""
+        is released, so that a process training run after run (`hbpe experiment`, the API) holds neither, nor the
+        datasets' idle thread pools."""
         self.trainer.close()
         for dataset in run_datasets(self.trainer):
+            stop_dataset_threads(dataset)
             release_shared_memory(dataset)
         if self.cache is not None:
             release_cache(self.cache)
@@ -73,6 +76,22 @@ def run_datasets(trainer: Any) -> list[Any]:
     state = trainer.state
     loaders = [state.train_dataloader, *(getattr(e.dataloader, "dataloader", None) for e in state.evaluators)]
     return [dl.dataset for dl in loaders if dl is not None and hasattr(dl, "dataset")]
+
+
+def stop_dataset_threads(dataset: Any) -> None:
+    """Stop a finished StreamingDataset's background threads and their pool.
+
+    streaming starts a ThreadPoolExecutor per dataset on its first iteration (a prepare and a ready thread each
+    epoch) and never shuts it down: its two idle threads outlived every run, 4 a run with an eval set. The epoch
+    left mid-way (an eval subset) is told to exit first, so that the shutdown's wait returns at once. Idempotent;
+    streaming makes a new pool if the dataset is iterated again.
+    """
+    iterator = vars(dataset).get("_iterator")
+    if iterator is not None:
+        iterator.exit()
+    executor = vars(dataset).pop("_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
 def check_samples(cfg: TrainConfig, samples: int, *, world: int) -> None:
@@ -148,6 +167,23 @@ def keep_previous_log(path: str) -> str | None:
     return f"{path}.{n}"
 
 
+def log_file_path(cfg: TrainConfig) -> str:
+    """Where the run's log goes: log_file in the save folder (a bucket run's: runs/<run_name>).
+
+    TrainConfig refuses a name out of it as written; this is the same check on the resolved path, so a symlink
+    in the save folder cannot carry the log elsewhere.
+    """
+    root = local_root(cfg)
+    path = os.path.join(root, cfg.log_file or "")
+    resolved = Path(path).resolve()
+    if not resolved.is_relative_to(Path(root).resolve()):
+        raise ConfigError(
+            f"log_file={cfg.log_file} resolves to {resolved}, outside the save folder {root} (through a symlink); "
+            "the log goes in the save folder: name a file there, e.g. log_file=train.log (or log_file=null for none)"
+        )
+    return path
+
+
 def _model(cfg: TrainConfig, tok: HierarchicalTokenizer) -> tuple[PatchLM, Any]:
     """(the model with its FSDP hooks, the ComposerModel around it) for `cfg.model` shaped by `tok`."""
 
@@ -185,7 +221,7 @@ def _trainer_kwargs(
         micro = device_batch  # Composer's auto microbatching needs CUDA OOM signals
     all_loggers = list(loggers)
     if cfg.log_file and save_enabled:
-        log_path = os.path.join(local_root(cfg), cfg.log_file)
+        log_path = log_file_path(cfg)
         if resume_from or cfg.load_path:
             keep_previous_log(log_path)
         all_loggers.append(FileLogger(filename=log_path, flush_interval=1))
@@ -300,6 +336,8 @@ def plan_run(cfg: TrainConfig, *, device: str, world: int, save_enabled: bool = 
     cfg, entropy_model = resolve_entropy_threshold(cfg, tok)
     if save_enabled:
         check_resume_matches(cfg, tok)
+        if cfg.log_file:
+            log_file_path(cfg)
     check_samples(cfg, epoch_samples(train_streams(cfg, train_manifests), cfg.data.epoch_size), world=world)
     check_canonical_nodes(cfg, nodes=world // dist.get_local_world_size())
     resume_from = latest_checkpoint(cfg) if cfg.autoresume and save_enabled else None
@@ -329,7 +367,13 @@ def build_run(
     meter = ThroughputMeter()
     trainer, model = _trainer(
         plan,
-        callbacks=[*config_callbacks, meter, *([TrainProgress()] if cfg.console else []), *(callbacks or [])],
+        callbacks=[
+            *config_callbacks,
+            meter,
+            KeepNewestCheckpoints(),  # the run's newest N checkpoints across a resumption
+            *([TrainProgress()] if cfg.console else []),
+            *(callbacks or []),
+        ],
         loggers=[*config_loggers, *(loggers or [])],
         eval_enabled=eval_enabled,
         save_enabled=save_enabled,
