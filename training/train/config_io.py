@@ -33,6 +33,8 @@ from hbpe.schemas.config_check import path_values
 from hbpe.schemas.errors import ConfigError, one_line
 from hbpe.schemas.locations import is_uri
 from hbpe.schemas.train_config import TrainConfig
+from hbpe.training.data.streams import local_root
+from hbpe.training.train.loggers import local_outputs
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # training/configs
 MAX_CONFIG_BYTES = 1 << 20  # the shipped configs are under 4 KB
@@ -228,9 +230,6 @@ def local_places(cfg: TrainConfig) -> list[tuple[str, str, Path | None]]:
     (the working directory, or the save folder for log_file), symlinks followed: what a folder that must hold a
     run's files (an experiment's --out) checks.
     """
-    from hbpe.training.data.streams import local_root
-    from hbpe.training.train.loggers import local_outputs
-
     bases = {"save_folder": local_root(cfg)}  # the keys a relative value may be under (path_field's `under`)
     found = [(key, value, bases[m["under"]] if m["under"] else "") for key, value, m in path_values(cfg)]
     for kind in ("loggers", "callbacks"):
