@@ -57,6 +57,7 @@ COMMANDS = {
     ("bench", "sweep"): (bench, "bench_sweep_cmd"),
     ("bench", "convert"): (bench, "bench_convert"),
     ("bench", "train"): (bench, "bench_train_cmd"),
+    ("bench", "step"): (bench, "bench_step_cmd"),
     ("bench", "generate"): (bench, "bench_generate_cmd"),
     ("bench", "first-stage"): (bench, "bench_first_stage_cmd"),
     ("flops",): (experiment, "flops_cmd"),
@@ -336,7 +337,7 @@ REPORTING = {
     ("train",), ("eval",), ("generate",), ("export",), ("checkpoint", "consolidate"), ("eval-tasks",), ("flops",),
     ("plot",), ("config", "show"),
     ("experiment",), ("bench", "tokenizer"), ("bench", "sweep"), ("bench", "first-stage"), ("bench", "convert"),
-    ("bench", "train"), ("bench", "generate"),
+    ("bench", "train"), ("bench", "step"), ("bench", "generate"),
 }  # fmt: skip
 NOT_REPORTING = {("tokenizer", "encode"), ("tokenizer", "decode")}
 # the one name of each concept; the old names are gone (click's "Did you mean" is the migration message)

@@ -90,6 +90,7 @@ def flops_cmd(
     "--only",
     multiple=True,
     metavar="RUN",
+    show_default="every run of the spec",
     help="Train only these runs of the spec (repeatable): two processes can share an experiment's runs, each "
     "in its own --out, and the report covers the runs given.",
 )

@@ -79,7 +79,7 @@ def document_sums(run: dict[str, Any], eval_set: dict[str, Any]) -> tuple[np.nda
     return out_nll, out_bytes
 
 
-def _replicates(n_docs: int) -> np.ndarray:
+def replicates(n_docs: int) -> np.ndarray:
     """(BOOTSTRAP, n_docs) counts: how often each document is drawn in each replicate."""
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     draws = rng.integers(0, n_docs, size=(BOOTSTRAP, n_docs))
@@ -101,7 +101,7 @@ def bootstrap(
     n_docs = len(per_seed[0][0])
     if n_docs < 2 or any(len(s[0]) != n_docs for s in (*per_seed, *(minus or []))):
         return None
-    counts = _replicates(n_docs)
+    counts = replicates(n_docs)
     values = np.mean([_bpb(counts, s) for s in per_seed], axis=0)
     if minus is not None:
         values = values - np.mean([_bpb(counts, s) for s in minus], axis=0)

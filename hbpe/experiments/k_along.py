@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from hbpe.experiments.crossover import factor_points, fit_line, t975
-from hbpe.experiments.eval_noise import BOOTSTRAP, _replicates
+from hbpe.experiments.eval_noise import BOOTSTRAP, replicates
 from hbpe.schemas.errors import ConfigError
 
 READOUT = (2, 5, 11, 20, 40)  # tokens per BPE-patch parameter where k is read
@@ -160,7 +160,7 @@ def analyse(
         raise ConfigError(f"no seed has both {a_name} and {b_name} finished in these experiments")
     eval_set = _one_eval_set(experiments, pairs[0][1]["first_stage"])
     block_doc, n_docs = block_documents(eval_set)
-    counts = _replicates(n_docs).astype(float)  # (BOOTSTRAP, n_docs), one draw for every run, point and seed
+    counts = replicates(n_docs).astype(float)  # (BOOTSTRAP, n_docs), one draw for every run, point and seed
     ones = np.ones((1, n_docs))
     spec = experiments[0]["spec"]
     tokens_per_batch = spec["global_batch_size"] * spec["seq_len"]

@@ -5,7 +5,8 @@ tokenizer/; `hbpe eval`/`generate` read it as before) plus what transformers rea
 
     DIR/config.json              model_type "hbpe", auto_map -> the classes below, the model's shape, eos/pad
                                  (the first stage's end-of-text id) and hbpe's whole ModelConfig (`hbpe_model`,
-                                 which save_pretrained keeps: hbpe reads such a copy by it, hf_load.py)
+                                 which save_pretrained keeps: hbpe reads such a copy by it, hf_load.py), and
+                                 `hbpe_tested_transformers`, the transformers releases the files below are tested with
     DIR/configuration_hbpe.py    HbpeConfig        (training/checkpoint/hf/, copied verbatim: they import no hbpe,
     DIR/modeling_hbpe.py         HbpeForCausalLM    so the folder loads where hbpe is not installed)
     DIR/generation_hbpe.py       its generate()
@@ -31,6 +32,10 @@ from hbpe.training.schemes.registry import scheme_spec
 HF_SOURCES = ("configuration_hbpe.py", "modeling_hbpe.py", "generation_hbpe.py", "tokenization_hbpe.py")
 CONFIG_FILE = "config.json"
 HBPE_MODEL_KEY = "hbpe_model"  # config.json's copy of hbpe's ModelConfig
+# the transformers the copied files run under (a pip specifier, docs/huggingface.md): 4.57 is the pinned stack's
+# (constraints.txt); 5.x from 5.0 (its oldest) to the newest, tests/training/test_hf_transformers5.py's pins. One
+# code path serves both majors by asking transformers for features, not versions (hf/modeling_hbpe.py CACHE_NAME).
+TESTED_TRANSFORMERS_KEY, TESTED_TRANSFORMERS = "hbpe_tested_transformers", ">=4.57,<6"
 EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>")  # the first stage's document end (gpt2 and friends, llama3)
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 # what `save_pretrained` of the model or tokenizer may add beside them: an earlier HF export's files
@@ -82,6 +87,7 @@ def hf_config(cfg: Any, tok: Any) -> dict[str, Any]:
         "tie_word_embeddings": True,  # E, one table for the local encoder and decoder
         "torch_dtype": "float32",
         HBPE_MODEL_KEY: dataclasses.asdict(cfg),
+        TESTED_TRANSFORMERS_KEY: TESTED_TRANSFORMERS,
     }
 
 

@@ -13,4 +13,8 @@ tests/training/test_hf_export.py (logits, BPB, tokens, patches against hbpe's ow
 tests/training/test_hf_causal_lm.py (generate() against `hbpe generate`, the loss against hbpe's). They refuse
 what hbpe's loader refuses (sizes out of hbpe's bounds, non-finite numbers or weights) with one ValueError; those
 bounds are copies of hbpe's, held equal by tests/training/test_hf_guards.py.
+
+One set of files serves transformers 4.57 and 5.x (config.json's `hbpe_tested_transformers`): where 5 differs they
+ask transformers which form it has, never its version (docs/huggingface.md lists where); under transformers 5 in a
+venv without hbpe: tests/training/test_hf_transformers5.py.
 """

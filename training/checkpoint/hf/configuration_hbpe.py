@@ -99,7 +99,9 @@ class HbpeConfig(PretrainedConfig):
             _refuse(f"rope_theta={self.rope_theta!r} must be a finite number > 0 (RoPE's base, e.g. 10000)")
         if not (_is_number(self.dropout) and 0 <= self.dropout < 1):  # NaN fails both comparisons
             _refuse(f"dropout={self.dropout!r} must be a number in [0, 1)")
-        eos = self.eos_token_id
+        # transformers 5.0 sets no eos_token_id on a config that was given none (4 and later 5.x set None): the
+        # default HbpeConfig() that to_diff_dict() builds has none
+        eos = getattr(self, "eos_token_id", None)
         if (model or eos is not None) and not (_is_int(eos) and 0 <= eos < self.vocab_size):
             _refuse(f"eos_token_id={eos!r} must be one token id in 0..{self.vocab_size - 1} (the document marker)")
 

@@ -103,18 +103,17 @@ class Sampling:
     @classmethod
     def of(cls, config) -> Sampling:
         """A transformers GenerationConfig's choice; ValueError for the options this model cannot honour."""
-        bad = [
-            f"{k}={getattr(config, k)!r}" for k, default in REFUSED.items() if getattr(config, k, default) != default
-        ]
+        value = _settings(config)
+        bad = [f"{k}={value(k)!r}" for k, default in REFUSED.items() if value(k) not in (None, default)]
         if bad:
             raise ValueError(
                 f"HbpeForCausalLM.generate: {', '.join(bad)} not supported: the local decoder chooses each token (a "
                 "patch, symbol by symbol), so only greedy or do_sample with temperature, top_k and top_p apply; "
                 "leave these options at their defaults"
             )
-        if not config.do_sample:
+        if not value("do_sample"):
             return cls()
-        temperature, top_k, top_p = config.temperature, config.top_k, config.top_p
+        temperature, top_k, top_p = value("temperature"), value("top_k"), value("top_p")
         if not (_is_number(temperature) and MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE):  # NaN fails too
             raise ValueError(
                 f"HbpeForCausalLM.generate: temperature={temperature!r} with do_sample=True must be a number in "
@@ -144,6 +143,21 @@ class Sampling:
             before = torch.cumsum(sorted_p, -1) - sorted_p  # mass of the more likely symbols
             probs = probs.scatter(-1, order, sorted_p.masked_fill(before >= self.top_p, 0.0))
         return torch.multinomial(probs, 1).squeeze(-1)
+
+
+def _settings(config):
+    """config's value of an option, where unset (None) its default as transformers' generate() applies it.
+
+    transformers 4 keeps the defaults in GenerationConfig's fields (do_sample False, top_k 50, num_beams 1); from 5
+    the fields a caller did not set are None and generate() fills them from `_get_default_generation_params()`
+    (top_k 50 again). Asked for by feature, not version: a config that has the method lends its defaults."""
+    defaults = getattr(config, "_get_default_generation_params", dict)()
+
+    def value(name: str):
+        v = getattr(config, name, None)
+        return defaults.get(name) if v is None else v
+
+    return value
 
 
 def _is_number(value: object) -> bool:

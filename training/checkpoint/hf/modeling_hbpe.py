@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -31,6 +32,15 @@ from transformers.utils import ModelOutput
 
 from .configuration_hbpe import HbpeConfig
 from .generation_hbpe import EOD, IGNORE, PAD, PatchCache, Sampling, check_inputs, ids_to_patches, op_threads
+
+# generate() hands its cache to prepare_inputs_for_generation and reads it back from the model's output under one
+# name: `past_key_values` in transformers 4 and 5.0, `cache` in the 5.x that renamed it (5.24; it refuses an output
+# class without that field). Read from transformers' own signature rather than its version, so a release on either
+# side of the rename is served by the same file.
+CACHE_NAME = (
+    "cache" if "cache" in inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
+    else "past_key_values"
+)  # fmt: skip
 
 
 class RMSNorm(nn.Module):
@@ -211,19 +221,25 @@ class HierarchicalIO(nn.Module):
 class HbpeCausalLMOutput(ModelOutput):
     """loss: mean cross-entropy per predicted symbol (with `labels`); nll_sum: its sum, in nats (BPB's
     numerator); logits: the symbols' (B, T, S, V') (see HbpeForCausalLM), or in generate() the next token's
-    (B, 1, vocab_size); hidden_states: the latent states (B, T, D); past_key_values: generate()'s cache."""
+    (B, 1, vocab_size); hidden_states: the latent states (B, T, D); past_key_values (transformers 4, 5.0) or
+    cache (later 5.x): generate()'s PatchCache, under the name this transformers reads (CACHE_NAME)."""
 
     loss: torch.Tensor | None = None
     nll_sum: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     hidden_states: torch.Tensor | None = None
-    past_key_values: PatchCache | None = None
+    # one field, under generate()'s name: transformers 5.24 renames a `past_key_values` argument to `cache` on its
+    # way into an output class, and transformers 4 reads `past_key_values` only
+    if CACHE_NAME == "cache":
+        cache: PatchCache | None = None
+    else:
+        past_key_values: PatchCache | None = None
 
 
 class HbpePreTrainedModel(PreTrainedModel):
     config_class = HbpeConfig
     base_model_prefix = "hbpe"
-    _tied_weights_keys = ["io.decoder.embed.weight"]  # E, stored once under io.encoder.embed.weight
+    _tied_weights_keys = {"io.decoder.embed.weight": "io.encoder.embed.weight"}  # E, stored once under the encoder
     _supports_sdpa = True
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -310,15 +326,16 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
         patches: torch.Tensor | None = None,
         past_key_values: PatchCache | None = None,
         return_dict: bool | None = None,
+        cache: PatchCache | None = None,
         **kwargs,
     ) -> HbpeCausalLMOutput:
         """Token ids (B, T) with attention_mask and labels (B, T); or patches (B, T, S) (also passed as
         input_ids of that shape) with labels (B, T, S): the same patches, PAD or -100 where nothing is
-        scored (positions 2..T are predicted, so labels[:, 0] is never read). past_key_values: generate()'s."""
-        if past_key_values is not None:
-            out = HbpeCausalLMOutput(
-                logits=past_key_values.step(input_ids, attention_mask), past_key_values=past_key_values
-            )
+        scored (positions 2..T are predicted, so labels[:, 0] is never read). past_key_values (transformers 4's
+        name) or cache (later 5.x's): generate()'s PatchCache."""
+        step = cache if cache is not None else past_key_values
+        if step is not None:
+            out = HbpeCausalLMOutput(logits=step.step(input_ids, attention_mask), **{CACHE_NAME: step})
         elif patches is not None or (input_ids is not None and input_ids.dim() == 3):
             out = self._forward_patches(patches if patches is not None else input_ids, labels)
         elif input_ids is not None and input_ids.dim() == 2:
@@ -406,11 +423,15 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
             del self._sampling
 
     def prepare_inputs_for_generation(
-        self, input_ids: torch.Tensor, past_key_values: PatchCache | None = None, attention_mask=None, **kwargs
+        self, input_ids: torch.Tensor, past_key_values=None, attention_mask=None, cache=None, **kwargs
     ) -> dict:
-        if past_key_values is None:
-            past_key_values = PatchCache(self, self.patch_tokenizer(), getattr(self, "_sampling", Sampling()))
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "past_key_values": past_key_values}
+        """All of input_ids each step (PatchCache knows which it has read), with the cache under CACHE_NAME.
+        transformers 5.24 hands the first step an empty DynamicCache of its own making (it no longer asks
+        `_is_stateful`): anything but a PatchCache starts this model's."""
+        step = cache if cache is not None else past_key_values
+        if not isinstance(step, PatchCache):
+            step = PatchCache(self, self.patch_tokenizer(), getattr(self, "_sampling", Sampling()))
+        return {"input_ids": input_ids, "attention_mask": attention_mask, CACHE_NAME: step}
 
 
 def check_finite_weights(model: nn.Module) -> None:

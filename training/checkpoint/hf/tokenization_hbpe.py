@@ -160,6 +160,21 @@ class HbpeTokenizer(PreTrainedTokenizer):
     def convert_tokens_to_string(self, tokens: list[str]) -> str:
         return bytes(self._bytes_of[c] for t in tokens for c in t).decode("utf-8", errors="replace")
 
+    # no special tokens around a text: hbpe encodes a text alone (encode_ordinary) and the model puts the document
+    # marker before each row itself. transformers 4's PreTrainedTokenizer adds none unless told; 5.0's adds [CLS] text
+    # [SEP] by default (special_tokens_pattern "cls_sep": ids None here, so padding a batch failed); said here once
+    def build_inputs_with_special_tokens(
+        self, token_ids_0: list[int], token_ids_1: list[int] | None = None
+    ) -> list[int]:
+        return token_ids_0 + (token_ids_1 or [])
+
+    def get_special_tokens_mask(
+        self, token_ids_0: list[int], token_ids_1: list[int] | None = None, already_has_special_tokens: bool = False
+    ) -> list[int]:
+        if already_has_special_tokens:
+            return super().get_special_tokens_mask(token_ids_0, token_ids_1, already_has_special_tokens=True)
+        return [0] * (len(token_ids_0) + len(token_ids_1 or []))
+
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         """The hbpe tokenizer directory, byte for byte, into save_directory/tokenizer/ (hbpe reads it there)."""
         out = os.path.join(save_directory, TOKENIZER_DIR)
