@@ -418,7 +418,7 @@ def plot(analysis: dict[str, Any], path: Path) -> None:
         ax.xaxis.set_minor_locator(NullLocator())
     fig.suptitle(f"k along training: {analysis['b']} vs {analysis['a']}, seeds {analysis['seeds']}")
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".partial.png")
+    tmp = _fresh(path.with_name(path.name + ".partial.png"))
     fig.savefig(tmp, dpi=110)
     plt.close(fig)
     tmp.replace(path)
@@ -440,7 +440,16 @@ def write_readout(folders: list[Path], out: Path, **names: str) -> dict[str, Any
     plot(analysis, out / PLOT_FILE)
     for target, text in ((out / JSON_FILE, json.dumps(analysis, indent=1, sort_keys=True) + "\n"),
                          (out / REPORT_FILE, table)):  # fmt: skip
-        tmp = target.with_name(target.name + ".partial")
+        tmp = _fresh(target.with_name(target.name + ".partial"))
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(target)
     return {"analysis": analysis, "table": table, "files": [str(t) for t in targets]}
+
+
+def _fresh(tmp: Path) -> Path:
+    """`tmp` with nothing in its place: a leftover file or link is removed (unlink never follows a link), so the
+    write creates a new regular file rather than writing through a link someone left there; a folder is refused."""
+    if tmp.is_dir() and not tmp.is_symlink():
+        raise ConfigError(f"{tmp} is a folder; move it away or pass another --out")
+    tmp.unlink(missing_ok=True)
+    return tmp

@@ -164,6 +164,13 @@ def test_k_along_training_end_to_end_runs_apart_then_read_together(tmp_path):
     )
     for name in ("k_along.md", "k_along.json", "k_along.png"):
         assert (tmp_path / "k" / name).stat().st_size > 100
+    # a link left where a temporary file goes is replaced, never written through
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    (tmp_path / "k" / "k_along.md.partial").symlink_to(victim)
+    res = CliRunner().invoke(main, ["experiment", "k-along", *map(str, outs), "--out", str(tmp_path / "k")])
+    assert res.exit_code == 0, res.output
+    assert victim.read_text() == "keep" and not (tmp_path / "k" / "k_along.md.partial").exists()
     res = CliRunner().invoke(main, ["experiment", "k-along-training", "--only", "bpe-x9", "--out", str(tmp_path / "x")])
     assert res.exit_code != 0 and "not a run of k-along-training" in res.output
 
