@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hbpe.schemas.symbols import TOKEN_EOD
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.model.flops import batch_train_flops
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
@@ -40,6 +41,14 @@ def save_token_batches(tok: Any, token_rows: dict[str, np.ndarray], out: Path) -
         vocab=np.array([tok.vocab_size, tok.max_patch_size, n]),
         **{f"rows_{k}": v.astype(np.int32) for k, v in token_rows.items()},
     )
+
+
+def token_rows(tok: Any, texts: list[str], seq_len: int) -> np.ndarray:
+    """The documents' tokens, each followed by EOD, as one stream cut into (n, seq_len + 1) int32 rows (the last
+    column is the shifted target); the tail that fills no row is dropped."""
+    stream = np.concatenate([np.append(tok.encode(t), TOKEN_EOD) for t in texts]).astype(np.int32)
+    n = len(stream) // (seq_len + 1)
+    return stream[: n * (seq_len + 1)].reshape(n, seq_len + 1)
 
 
 class TokenBatches:

@@ -51,20 +51,15 @@ AGAINST = {"k": 0.25, "gap": 0.2}
 def prepare(out: Path, data: Path, tokenizer: Path | None = None) -> None:
     """Token rows of the k-along-training data (`data`: an experiment's data folder, with corpus/ and v4096/;
     `tokenizer`: another tokenizer folder than its v4096/tokenizer)."""
-    import numpy as np
-
     from hbpe.pipeline.tokenizer import artifact
     from hbpe.pipeline.tokenizer.stats import read_texts
-    from hbpe.schemas.symbols import TOKEN_EOD
-    from hbpe.training.bench_step import save_token_batches
+    from hbpe.training.bench_step import save_token_batches, token_rows
 
     tok = artifact.load(str(tokenizer or data / "v4096" / "tokenizer"))
     rows = {}
     for split in ("train", "eval"):
         texts, _ = read_texts([str(data / "corpus" / f"{split}.jsonl")])
-        stream = np.concatenate([np.append(tok.encode(t), TOKEN_EOD) for t in texts]).astype(np.int32)
-        n = len(stream) // (SEQ_LEN + 1)
-        rows[split] = stream[: n * (SEQ_LEN + 1)].reshape(n, SEQ_LEN + 1)
+        rows[split] = token_rows(tok, texts, SEQ_LEN)
         print(split, len(texts), "documents", rows[split].shape, flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_token_batches(tok, rows, out)

@@ -35,12 +35,9 @@ MINI = dict(
 
 def prepare(out: Path, *, seq_len: int = 128, eval_every: int = 10) -> None:
     """en-sotu as 128-token rows (+1 for the shifted target), every 10th document held out (spread over 1790-2018)."""
-    import numpy as np
-
     from hbpe.pipeline.tokenizer import artifact
     from hbpe.pipeline.tokenizer.stats import read_texts
-    from hbpe.schemas.symbols import TOKEN_EOD
-    from hbpe.training.bench_step import save_token_batches
+    from hbpe.training.bench_step import save_token_batches, token_rows
 
     tok = artifact.load("runs/demo/tokenizer")  # gpt2 + hierarchical BPE, S = 10 (`make demo`)
     texts, _ = read_texts([str(Path(__file__).resolve().parents[3] / "shared/data/en-sotu.jsonl.zst")])
@@ -49,9 +46,7 @@ def prepare(out: Path, *, seq_len: int = 128, eval_every: int = 10) -> None:
         splits["eval" if i % eval_every == 0 else "train"].append(t)
     rows = {}
     for name, docs in splits.items():
-        stream = np.concatenate([np.append(tok.encode(t), TOKEN_EOD) for t in docs]).astype(np.int32)
-        n = len(stream) // (seq_len + 1)
-        rows[name] = stream[: n * (seq_len + 1)].reshape(n, seq_len + 1)
+        rows[name] = token_rows(tok, docs, seq_len)
         print(name, len(docs), "documents", rows[name].shape, flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_token_batches(tok, rows, out)
