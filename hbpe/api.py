@@ -154,10 +154,11 @@ def convert(
 ) -> ConvertResult:
     """Corpus files, directories or globs -> MDS shards in `out`; returns the manifest (`.as_dict()`) and its counts.
 
-    `runner="DaskRunner"` runs on the Dask scheduler at `dask_address` ("tcp://host:8786"), or on a
+    `runner="dask"` runs on the Dask scheduler at `dask_address` ("tcp://host:8786"), or on a
     LocalCluster of `workers` processes.
 
-    `options` are the other fields of `ConvertConfig` (`tail`, `excludes`, `text_field`, `split_bytes`, ...);
+    `options` are the other fields of `ConvertConfig` (`tail`, `excludes`, `text_field`, `split_bytes`, ...;
+    `store_patches=True` also stores the `patches` column, which readers otherwise derive from `tokens`);
     `beam_args` Beam's own options, a list (`["--runner=DataflowRunner", ...]`): a str is refused, not split,
     as `hbpe convert` receives each option as its own argument. `on_start` gets the work units once they are
     planned, `on_message` the launcher's lines (the runner chosen and why, a resume, a remote job's progress).
@@ -177,7 +178,7 @@ def convert(
         _int("seq_len", seq_len, 2, "1024")
     if workers is not None:
         _int("workers", workers, 1, "4")
-    _name("runner", runner, "'inprocess' (or 'auto', 'DaskRunner', 'DirectRunner')")
+    _name("runner", runner, "'inprocess' (or 'auto', 'dask', 'DirectRunner')")
     if dask_address is not None:
         _name("dask_address", dask_address, "'tcp://HOST:8786', or None for a local cluster")
     args = _strings("beam_args", beam_args, "beam_args=['--runner=DirectRunner']")

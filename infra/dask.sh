@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Convert a corpus on a Dask cluster (`--runner DaskRunner`: hbpe's own steps as Dask tasks). Usage:
+# Convert a corpus on a Dask cluster (`--runner dask`: hbpe's own steps as Dask tasks). Usage:
 #   infra/dask.sh SCHEDULER_HOST:8786 TOKENIZER_DIR 's3://bucket/corpus/*.jsonl.zst' s3://bucket/shards
 # The cluster (infra/README.md, "Dask"): `dask scheduler` on one machine, and on every worker machine
 #   dask worker tcp://SCHEDULER_HOST:8786 --nworkers "$(nproc)" --nthreads 1
@@ -10,4 +10,4 @@
 set -euo pipefail
 scheduler=$1 tokenizer=$2 input=$3 output=$4
 hbpe convert --tokenizer "$tokenizer" --input "$input" --out "$output" --seq-len 1024 \
-  --runner DaskRunner --dask-address "tcp://$scheduler"
+  --runner dask --dask-address "tcp://$scheduler"

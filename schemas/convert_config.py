@@ -31,6 +31,8 @@ class ConvertConfig:
     split_bytes: int = 64 << 20  # large uncompressed line files are cut into ranges of this size
     shard_bytes: int = 64 << 20  # target uncompressed shard size; fixes samples per shard
     encode_batch_docs: int = 256
+    # also store the second-stage `patches` column (shard_columns.py); by default readers derive it from `tokens`
+    store_patches: bool = False
 
     def __post_init__(self) -> None:
         if not self.inputs:
@@ -55,8 +57,16 @@ class ConvertConfig:
             raise ConfigError(f"split_bytes must be >= 65536, got {self.split_bytes}")
         if self.max_doc_bytes is not None and self.max_doc_bytes < 1:
             raise ConfigError(f"max_doc_bytes must be >= 1, got {self.max_doc_bytes}")
+        if not isinstance(self.store_patches, bool):
+            raise ConfigError(f"store_patches must be True or False, got {self.store_patches!r}")
 
     def samples_per_shard(self, max_patch_size: int) -> int:
+        """Samples per shard, from the size of a sample with `patches` stored in both layouts.
+
+        So a lean conversion cuts the same shards as a --store-patches one, and streaming (whose
+        shuffle works on shards) draws the same samples in the same order from either; a lean
+        shard's raw size is then about 4 / (4 + 2S) of `shard_bytes` (a sixth at S=10).
+        """
         per_sample = self.seq_len * (4 + 2 * max_patch_size) + 8
         return max(1, self.shard_bytes // per_sample)
 
@@ -68,4 +78,12 @@ class ConvertConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ConvertConfig:
-        return cls(**{**d, "inputs": tuple(d["inputs"]), "excludes": tuple(d.get("excludes", ()))})
+        """The config a manifest records; one without `store_patches` (hbpe before it) stored them."""
+        return cls(
+            **{
+                **d,
+                "inputs": tuple(d["inputs"]),
+                "excludes": tuple(d.get("excludes", ())),
+                "store_patches": d.get("store_patches", True),
+            }
+        )

@@ -3,6 +3,9 @@
 `index.json` stays plain MDS (streaming's merge_index rewrites it), so all of our
 metadata lives here. Fields under `timing` are the only ones that differ between
 two runs with the same inputs and config.
+
+Versions: 1 (hbpe before issue 39) has no `columns`: its shards store every column of shard
+schema 1 (`patches` included). 2 adds `columns`, the columns every shard stores.
 """
 
 from __future__ import annotations
@@ -10,10 +13,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from hbpe.schemas import shard_columns
 from hbpe.schemas.errors import ArtifactError
 
 MANIFEST_FORMAT = "hbpe-shards"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass
@@ -71,6 +76,17 @@ class Manifest:
     # {"path", "reason", "same_as"} each; or that a folder or glob holds besides files (FIFOs, devices, links to
     # nothing): {"path", "reason"}
     skipped_inputs: list[dict[str, Any]] = field(default_factory=list)
+    # the columns every shard stores, sorted (shard_columns.LEAN_COLUMNS or STORED_COLUMNS)
+    columns: list[str] = field(default_factory=lambda: list(shard_columns.STORED_COLUMNS))
+
+    @property
+    def stores_patches(self) -> bool:
+        """Whether the shards hold `patches`; without them readers derive patches from `tokens`."""
+        return "patches" in self.columns
+
+    def mds_columns(self) -> dict[str, str]:
+        """The column encodings every shard of this directory has (index.json must agree)."""
+        return shard_columns.mds_columns(self.seq_len, self.max_patch_size, store_patches=self.stores_patches)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -78,12 +94,21 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, source: str = "manifest.json") -> Manifest:
-        if d.get("format") != MANIFEST_FORMAT or d.get("version") != MANIFEST_VERSION:
+        """A manifest of any version this hbpe reads; version 1 gets the columns its shards have."""
+        version = d.get("version")
+        if d.get("format") != MANIFEST_FORMAT or isinstance(version, bool) or version not in READABLE_VERSIONS:
             raise ArtifactError(
-                f"{source}: not an hbpe shard manifest of version {MANIFEST_VERSION} "
-                f"(format={d.get('format')!r}, version={d.get('version')!r}); reconvert with this hbpe"
+                f"{source}: not an hbpe shard manifest of version {' or '.join(map(str, READABLE_VERSIONS))} "
+                f"(format={d.get('format')!r}, version={version!r}); read it with the hbpe that wrote it, "
+                "or reconvert with this hbpe"
             )
         body = {k: v for k, v in d.items() if k not in ("format", "version")}
+        if version == 1:
+            if "columns" in body:
+                raise ArtifactError(f"{source}: malformed manifest (version 1 has no columns)")
+            body["columns"] = list(shard_columns.STORED_COLUMNS)
+        elif "columns" not in body:
+            raise ArtifactError(f"{source}: malformed manifest (version {version} without columns)")
         try:
             body["counts"] = Counts(**body["counts"])
             return cls(**body)

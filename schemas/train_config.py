@@ -42,9 +42,9 @@ def _writes(default: str | None, *, under: str | None = None) -> Any:
 
 # model.local_layout (training/model/packing.py): the real positions of each patch only, or all S of them
 LOCAL_LAYOUTS = ("packed", "padded")
-# model.packed_attention (training/model/patch_attention.py): the native per-patch kernel where it applies, or
-# always the torch path's length blocks (for measuring one against the other)
-PACKED_ATTENTION = ("auto", "blocks")
+# model.packed_attention: "auto" (the loader's tiles on an accelerator, training/model/tiles.py; the native
+# per-patch kernel on CPU, training/model/patch_attention.py), or always "tiles" or the torch path's length "blocks"
+PACKED_ATTENTION = ("auto", "blocks", "tiles")
 PATCH_BOUNDARIES = ("eop", "given")  # model.patch_boundaries of the space and entropy baselines
 MAX_HASH_BUCKETS = 1 << 24  # rows per n-gram table (BLT's 500K is far below): an untrusted config asks no more
 
@@ -304,8 +304,10 @@ class ModelConfig(_Section):
     # the local models' positions (training/model/packing.py): "packed" computes the real symbols of each patch
     # only; "padded" all S of every patch, PAD included (the paper's layout; the same function and weights)
     local_layout: str = "packed"
-    # how packed local models attend within a patch: "auto" runs the native kernel on CPU in float32/64 (the
-    # same function, fewer steps), "blocks" always the torch path (one SDPA call per patch length)
+    # how packed local models attend within a patch: "auto" runs the loader's tiles on an accelerator (one masked
+    # attention call per layer, static shapes, no host sync: training/model/tiles.py) and the native kernel on CPU
+    # in float32/64; "tiles" the tiles everywhere; "blocks" the torch path (one SDPA call per patch length). The
+    # same function and weights: a checkpoint loads under any of them
     packed_attention: str = "auto"
 
     def __post_init__(self) -> None:
@@ -475,7 +477,12 @@ class DataConfig(_Section):
     cache_dir: str | None = _writes(None)  # streaming's local cache (default: under the save folder)
     shuffle: bool = True  # shuffle the training samples (streaming's shuffle)
     shuffle_seed: int = 17  # the sample order's seed (with the shards, weights and shuffle_algo)
-    num_workers: int = 0  # dataloader worker processes per rank (0: in the training process)
+    # dataloader worker processes per rank (0: in the training process). null: on a GPU min(8, CPUs per process - 1),
+    # at least 1; on CPU 0, since the training step's threads use the cores (training/data/streams.py loader_workers)
+    num_workers: int | None = None
+    pin_memory: bool | None = None  # page-locked batches, copied to the GPU asynchronously (null: on a GPU)
+    persistent_workers: bool = True  # with workers: they live across epochs and evaluations, not started anew
+    prefetch_factor: int | None = None  # batches each worker prepares ahead (null: torch's 2; none without workers)
     # streaming's knobs (null: streaming's own default). num_canonical_nodes null = the number of nodes of the
     # run that starts (64x that for py1s/py2s); it is saved in checkpoints, so a resumed run keeps its order
     num_canonical_nodes: int | None = None
@@ -497,8 +504,11 @@ class DataConfig(_Section):
         _check_range(
             "data.shuffle_seed", 0 <= seed <= MAX_SEED, seed, f"must be in 0..{MAX_SEED}", "data.shuffle_seed=17"
         )
-        _check_range("data.num_workers", self.num_workers >= 0, self.num_workers, "must be >= 0", "data.num_workers=2")
-        for name in ("num_canonical_nodes", "predownload", "shuffle_block_size", "epoch_size", "eval_samples"):
+        workers = self.num_workers
+        _check_range("data.num_workers", workers is None or workers >= 0, workers, "must be >= 0", "data.num_workers=2")
+        for name in (
+            "num_canonical_nodes", "predownload", "shuffle_block_size", "epoch_size", "eval_samples", "prefetch_factor",
+        ):  # fmt: skip
             value = getattr(self, name)
             _check_range(f"data.{name}", value is None or value >= 1, value, "must be >= 1", self._example_of(name))
         _check_choice("data.shuffle_algo", self.shuffle_algo, SHUFFLE_ALGOS)
@@ -634,6 +644,9 @@ class TrainConfig(_Section):
     load_path: str | None = _reads(None)  # a checkpoint to start from (weights, optimizer and position)
     fsdp: dict[str, Any] | None = None  # e.g. {version: 2} or FSDP1 {sharding_strategy: FULL_SHARD, ...}
     activation_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
+    # torch.compile each transformer block (latent and local stacks) on its own, as torchtitan does: on a GPU with
+    # the loader's tiles (model.packed_attention auto) one graph per block, no graph break (hbpe bench step)
+    compile: bool = False
     log_interval: str = "10ba"  # how often metrics go to the loggers (and to console_metrics)
     console: bool = True  # a progress line on stderr: batches, loss, BPB, KB/s, time left; each eval's BPB
     console_metrics: bool = False  # Composer's console logger too: every metric every log_interval, as blocks

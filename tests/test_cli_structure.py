@@ -39,6 +39,7 @@ COMMANDS = {
     ("tokenizer",): (tokenizer, "tokenizer"),
     ("tokenizer", "train"): (tokenizer, "tokenizer_train"),
     ("tokenizer", "train-bpe"): (tokenizer, "tokenizer_train_bpe"),
+    ("tokenizer", "tables"): (tokenizer, "tokenizer_tables"),
     ("tokenizer", "info"): (tokenizer, "tokenizer_info"),
     ("tokenizer", "encode"): (tokenizer, "tokenizer_encode"),
     ("tokenizer", "decode"): (tokenizer, "tokenizer_decode"),
@@ -60,6 +61,7 @@ COMMANDS = {
     ("bench", "step"): (bench, "bench_step_cmd"),
     ("bench", "generate"): (bench, "bench_generate_cmd"),
     ("bench", "first-stage"): (bench, "bench_first_stage_cmd"),
+    ("bench", "loader"): (bench, "bench_loader_cmd"),
     ("flops",): (experiment, "flops_cmd"),
     ("experiment",): (experiment, "experiment_cmd"),
     ("eval-tasks",): (evaluate, "eval_tasks_cmd"),
@@ -333,11 +335,12 @@ def test_run_demo_reports_steps_and_returns_the_summary(tmp_path):
 # every command that reports something takes --json; encode writes JSON always and decode writes the text itself
 REPORTING = {
     ("demo",), ("tokenizer", "train"), ("tokenizer", "train-bpe"), ("tokenizer", "info"), ("tokenizer", "stats"),
+    ("tokenizer", "tables"),
     ("convert",), ("shards", "inspect"), ("shards", "verify"), ("shards", "export-text"), ("shards", "stats"),
     ("train",), ("eval",), ("generate",), ("export",), ("checkpoint", "consolidate"), ("eval-tasks",), ("flops",),
     ("plot",), ("config", "show"),
     ("experiment",), ("bench", "tokenizer"), ("bench", "sweep"), ("bench", "first-stage"), ("bench", "convert"),
-    ("bench", "train"), ("bench", "step"), ("bench", "generate"),
+    ("bench", "train"), ("bench", "step"), ("bench", "generate"), ("bench", "loader"),
 }  # fmt: skip
 NOT_REPORTING = {("tokenizer", "encode"), ("tokenizer", "decode")}
 # the one name of each concept; the old names are gone (click's "Did you mean" is the migration message)

@@ -45,9 +45,11 @@ def test_stats_and_bench(gpt2_tokenizer_dir):
     assert 4.0 < st["bytes_per_token"] < 5.5
     assert 1.0 < st["fertility"] < 1.6
     assert 2.0 < st["symbols_per_patch"] < st["bytes_per_token"] + 1
-    r = run("bench", "tokenizer", "--tokenizer", gpt2_tokenizer_dir, "--input", SAMPLE_EN, "--repeat", 1, "--json")
-    b = json.loads(r.output)
+    args = ("--tokenizer", gpt2_tokenizer_dir, "--input", SAMPLE_EN, "--repeat", 1, "--load-repeat", 2, "--json")
+    b = json.loads(run("bench", "tokenizer", *args).output)
     assert b["merges"] == 211 and b["mb_per_s"]["hbpe_encode"] > 0 and b["ratio_batch"] > 0
+    load = b["load"]  # timed side by side: from the artifact's own tables, and parsed + built
+    assert load["tables"] == "the artifact's" and [len(load["runs"][k]) for k in load["seconds"]] == [2, 2]
 
 
 def test_flops_with_data_runs_outside_the_repo_root(sample_shards, tmp_path, monkeypatch):

@@ -114,10 +114,10 @@ BAD_ARGUMENTS = {
     "convert-empty-inputs": (lambda: hbpe.convert([], "out", tokenizer="tok"), r"^inputs=\[\] is empty: pass at least"),
     "convert-none-runner": (
         lambda: hbpe.convert("x.jsonl", "out", tokenizer="tok", runner=None),
-        r"^runner=None \(NoneType\): pass a non-empty str, e\.g\. runner='inprocess' \(or 'auto', 'DaskRunner'",
+        r"^runner=None \(NoneType\): pass a non-empty str, e\.g\. runner='inprocess' \(or 'auto', 'dask'",
     ),
     "convert-int-dask-address": (
-        lambda: hbpe.convert("x.jsonl", "out", tokenizer="tok", runner="DaskRunner", dask_address=8786),
+        lambda: hbpe.convert("x.jsonl", "out", tokenizer="tok", runner="dask", dask_address=8786),
         r"^dask_address=8786 \(int\): pass a non-empty str, e\.g\. dask_address='tcp://HOST:8786'",
     ),
     "convert-huge-seq-len": (

@@ -22,10 +22,13 @@ import torch
 
 from hbpe.schemas.symbols import TOKEN_EOD
 from hbpe.schemas.train_config import ModelConfig
+from hbpe.training.data.schemes import tiles_apply
+from hbpe.training.data.tile_layout import tile_batch
 from hbpe.training.model.flops import batch_train_flops
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
 from hbpe.training.model.patch_lm import PatchLM, VocabSpec, build_model
 from hbpe.training.schemes.registry import scheme_spec
+from hbpe.training.train.compile_blocks import compile_blocks
 
 
 def save_token_batches(tok: Any, token_rows: dict[str, np.ndarray], out: Path) -> None:
@@ -65,18 +68,24 @@ class TokenBatches:
             k[5:]: torch.from_numpy(z[k].astype(np.int64)).to(device) for k in z.files if k.startswith("rows_")
         }
 
-    def batch(self, split: str, index: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Rows `index` of `split` -> the TokenScheme's columns (training/data/schemes.py)."""
+    def batch(self, split: str, index: torch.Tensor, *, tiles: bool = False) -> dict[str, torch.Tensor]:
+        """Rows `index` of `split` -> the TokenScheme's columns (training/data/schemes.py); `tiles`: with the
+        loader's packing (training/model/tiles.py), laid out on the host from a CPU copy as a loader's worker
+        would (before the step is timed)."""
         tokens = self.rows[split].index_select(0, index)  # (B, N)
         ids = torch.where(tokens < 0, self.spec.n_vocab - 1 - tokens, tokens)  # EOD -> n, PAD -> n + 1
         B = tokens.shape[0]
-        return {
+        batch = {
             "tokens": tokens,
             "patches": self.patch_table[ids],  # (B, N, S)
             "target_bytes": self.nbytes_table[ids[:, 1:]].sum(1),
             "first_target": torch.ones(B, dtype=torch.long, device=self.device),
             "text_positions": (tokens[:, 1:] >= 0).sum(1),
         }
+        if tiles:
+            lay = tile_batch(batch["patches"].cpu().numpy(), batch["first_target"].cpu().numpy())
+            batch.update({k: torch.from_numpy(v).to(self.device) for k, v in lay.items()})
+        return batch
 
     def spread(self, split: str, count: int) -> torch.Tensor:
         """`count` row indices spread evenly over the whole split (an eval set that is not its first rows)."""
@@ -96,11 +105,21 @@ def train_steps(
     eval_rows: int = 0,
     peak_flops: float | None = None,
     timed_from: int = 3,
+    compile: bool = False,
+    compile_backend: str = "inductor",
+    probe: bool = False,
 ) -> dict[str, Any]:
-    """Train a fresh model for `steps` steps on `data`'s train split; time the steps after `timed_from`."""
+    """Train a fresh model for `steps` steps on `data`'s train split; time the steps after `timed_from`.
+
+    `compile`: every transformer block and the loss compiled (training/train/compile_blocks.py, as `compile: true`).
+    Batches carry the loader's tiles where `cfg` takes them on this device (training/data/schemes.py)."""
     torch.manual_seed(seed)
     dev = data.device
     model = build_model(cfg, data.spec).to(dev)
+    tiles = tiles_apply(cfg, device="gpu" if dev.type == "cuda" else "cpu", symbols_per_patch=data.spec.max_patch_size)
+    if compile:
+        compile_blocks(model, backend=compile_backend)
+    nll_sum = torch.compile(cross_entropy_sum, backend=compile_backend) if compile else cross_entropy_sum
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1, fused=dev.type == "cuda")
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _warmup_cosine(s, warmup, steps))
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -110,18 +129,23 @@ def train_steps(
     nbytes, seconds, loss = 0, 0.0, float("nan")
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    for step in range(steps):
-        batch = data.batch("train", torch.randint(0, n, (batch_size,), generator=g).to(dev))
-        t = time.perf_counter()
+
+    def step_once(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         with amp:
             logits, targets = model(batch)
-        nll = cross_entropy_sum(logits, targets)
+        nll = nll_sum(logits, targets)
         out = nll / (targets != IGNORE).sum().clamp_min(1)
         out.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         sched.step()
+        return out.detach()
+
+    for step in range(steps):
+        batch = data.batch("train", torch.randint(0, n, (batch_size,), generator=g).to(dev), tiles=tiles)
+        t = time.perf_counter()
+        out = step_once(batch)
         if dev.type == "cuda":
             torch.cuda.synchronize()
         if step >= timed_from:
@@ -131,9 +155,15 @@ def train_steps(
             for k, v in batch_train_flops(cfg, x, vocab_size=model.io.vocab_size).items():
                 flops[k] += v
         loss = float(out)
+    probes = {}
+    if probe:
+        batch = data.batch("train", torch.randint(0, n, (batch_size,), generator=g).to(dev), tiles=tiles)
+        probes = probe_step(step_once, batch)
     result = {
         "io": cfg.io,
         "local_layout": cfg.local_layout,
+        "packed_attention": ("tiles" if tiles else cfg.packed_attention) if cfg.local_layout == "packed" else None,
+        "compiled": compile,
         "params": sum(p.numel() for p in model.parameters()),
         "steps": steps,
         "batch_size": batch_size,
@@ -145,11 +175,38 @@ def train_steps(
         "paper_flops_per_byte": flops["paper"] / max(nbytes, 1),
         "pad_share": flops["pad"] / max(flops["executed"], 1.0),
         "peak_memory_bytes": torch.cuda.max_memory_allocated() if dev.type == "cuda" else None,
+        **probes,
     }
     if peak_flops:
         result["mfu"] = result["executed_flops_per_sec"] / peak_flops
     if eval_rows:
         result["bpb"] = eval_bpb(model, data, eval_rows, batch_size=batch_size)
+    return result
+
+
+def probe_step(step_once: Any, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """One more step, profiled: kernels (or CPU aten ops) launched; and one under CUDA's sync debug mode "error",
+    which raises at the first host sync: {kernels_per_step, sync_free_step, sync_error}."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = batch["first_target"].device.type == "cuda"
+    activities = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
+    with profile(activities=activities) as prof:
+        step_once(batch)
+        if cuda:
+            torch.cuda.synchronize()
+    kind = torch.autograd.DeviceType.CUDA if cuda else torch.autograd.DeviceType.CPU
+    kernels = sum(e.count for e in prof.key_averages() if e.device_type == kind)
+    result: dict[str, Any] = {"kernels_per_step": kernels, "sync_free_step": None, "sync_error": None}
+    if cuda:
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            step_once(batch)
+            result["sync_free_step"] = True
+        except RuntimeError as e:  # the first synchronizing call, named by CUDA's debug mode
+            result["sync_free_step"], result["sync_error"] = False, " ".join(str(e).split())[:300]
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
     return result
 
 

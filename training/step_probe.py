@@ -105,6 +105,7 @@ def count_step(model: Any, batch: dict[str, torch.Tensor], *, autocast: str = "f
         with extra_calls, extra_dispatch:
             for metric in model.get_metrics(is_train=True).values():
                 model.update_metric(batch, outputs, metric)
+                metric.compute()  # Composer computes (and logs) the train metrics after every batch
             model.flops_per_batch(batch)
     return {
         "aten_ops": dispatch.ops,
@@ -118,6 +119,13 @@ def count_step(model: Any, batch: dict[str, torch.Tensor], *, autocast: str = "f
     }
 
 
+def tensors(batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The batch's tensors: what a compiled region takes. The loader's host counts (plain floats: training/data/
+    schemes.py HostCounts) stay outside it, as the trainer keeps them (it compiles the blocks, which never see
+    them); inside, dynamo would guard on each float's value and recompile for every batch."""
+    return {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
+
+
 def graph_breaks(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
     """dynamo's graph breaks over the model's forward and loss: {graph_breaks, graphs, reasons (first 10)}."""
     import torch._dynamo
@@ -127,7 +135,7 @@ def graph_breaks(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
     def forward_loss(b: dict[str, torch.Tensor]) -> torch.Tensor:
         return model.loss(model(b), b)
 
-    explained = torch._dynamo.explain(forward_loss)(batch)
+    explained = torch._dynamo.explain(forward_loss)(tensors(batch))
     reasons = [str(getattr(r, "reason", r)).splitlines()[0] for r in explained.break_reasons]
     torch._dynamo.reset()
     return {"graph_breaks": explained.graph_break_count, "graphs": explained.graph_count, "break_reasons": reasons[:10]}
@@ -149,6 +157,7 @@ def compiled_losses(model: Any, batches: list[dict[str, torch.Tensor]], *, backe
         return model.loss(model(b), b)
 
     step = torch.compile(forward_loss, backend=counting, dynamic=None)
+    batches = [tensors(b) for b in batches]
     with torch.no_grad():
         eager = float(forward_loss(batches[0]))
         t = time.perf_counter()
@@ -174,6 +183,8 @@ def probe_step(cfg: Any, *, batches: int = 8, backend: str = "aot_eager", autoca
         cfg = replace(
             cfg, save_folder=tmp, log_file=None, autoresume=False, load_path=None, max_duration=f"{batches}ba"
         )
+        if cfg.model.packed_attention == "auto":  # the path `auto` takes on a GPU: the loader's tiles, where they apply
+            cfg = replace(cfg, model=replace(cfg.model, packed_attention="tiles"))
         run = build_run(cfg, eval_enabled=False, save_enabled=False)
         try:
             model = run.trainer.state.model

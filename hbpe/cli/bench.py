@@ -13,6 +13,7 @@ from hbpe.cli.common import (
     check_local_paths,
     check_pattern,
     checkpoint_option,
+    data_option,
     device_option,
     emit,
     first_stage_bpe_options,
@@ -41,25 +42,36 @@ def bench() -> None:
 @tokenizer_option
 @inputs_option()
 @click.option("--repeat", type=click.IntRange(min=1), default=3, help="Runs of each encoder (the best is kept).")
+@click.option(
+    "--load-repeat",
+    type=click.IntRange(min=1),
+    default=7,
+    help="Loads of the tokenizer with and without its built tables, alternating (medians reported).",
+)
 @json_option()
-def bench_tokenizer_cmd(tokenizer_dir: str, inputs: tuple[str, ...], repeat: int, as_json: bool) -> None:
-    """Encoding MB/s of tiktoken alone and with the second stage, in one run; second-stage training time.
+def bench_tokenizer_cmd(
+    tokenizer_dir: str, inputs: tuple[str, ...], repeat: int, load_repeat: int, as_json: bool
+) -> None:
+    """Encoding MB/s of tiktoken alone and with the second stage, in one run; second-stage training time; load
+    time with and without the built tables.
 
     \b
     Example:
       hbpe bench tokenizer --tokenizer runs/demo/tokenizer --input data/sample/en-sotu-sample.jsonl.zst --repeat 1
     """
     from hbpe import api
-    from hbpe.pipeline.tokenizer.bench import bench_tokenizer
+    from hbpe.pipeline.tokenizer.bench import bench_load, bench_tokenizer
     from hbpe.pipeline.tokenizer.stats import read_texts
 
     check_local_paths("--tokenizer", tokenizer_dir)
     check_local_paths("--input", inputs)
     texts, _ = read_texts(inputs)
     r = bench_tokenizer(api.load_tokenizer(tokenizer_dir), texts, repeat=repeat)
+    r["load"] = bench_load(tokenizer_dir, repeat=load_repeat)
 
     def render(r: dict) -> str:
-        m = r["mb_per_s"]
+        m, ld = r["mb_per_s"], r["load"]
+        machine = " ".join(f"{x:.2f}" for x in ld["load_average"]) if ld["load_average"] else "n/a"
         return "\n".join(
             [
                 f"{r['encoding']} S={r['max_patch_size']} mode={r['mode']}: {r['merges']} merges, V'={r['vocab_size']}; "
@@ -69,6 +81,9 @@ def bench_tokenizer_cmd(tokenizer_dir: str, inputs: tuple[str, ...], repeat: int
                 f"hbpe (tiktoken + table)        {m['hbpe_encode']:9.2f} MB/s   ratio {r['ratio_single']:.3f}",
                 f"tiktoken batch ({r['threads']} threads)     {m['tiktoken_encode_ordinary_batch']:9.2f} MB/s",
                 f"hbpe batch ({r['threads']} threads)         {m['hbpe_encode_batch']:9.2f} MB/s   ratio {r['ratio_batch']:.3f}",
+                f"load with built tables         {ld['seconds']['with_tables'] * 1000:9.1f} ms   ({ld['tables']})",
+                f"load without (parse + build)   {ld['seconds']['without_tables'] * 1000:9.1f} ms   "
+                f"x{ld['speedup']:.2f} slower; medians of {ld['repeat']} alternating loads, load average {machine}",
             ]
         )
 
@@ -152,6 +167,9 @@ def bench_first_stage_cmd(
     show_default="all cores",
     help="Processes (and tiktoken threads).",
 )
+@click.option(
+    "--repeat", type=click.IntRange(min=1), default=1, help="Interleaved rounds; medians and their spread reported."
+)
 @json_option()
 @click.pass_context
 def bench_convert(
@@ -163,17 +181,21 @@ def bench_convert(
     split_mb: int,
     runner: str,
     workers: int | None,
+    repeat: int,
     as_json: bool,
 ) -> None:
-    """Conversion MB/s vs tiktoken encode_ordinary_batch alone on the same text and cores; peak memory.
+    """Conversion MB/s of lean and --store-patches shards vs tiktoken alone on the same text and cores.
 
-    Extra arguments are Beam pipeline options, as for `hbpe convert`.
+    Each round times tiktoken encode_ordinary_batch, then both conversions (in alternating order);
+    printed are medians, their spread, ratios to tiktoken, bytes on disk per byte of text, the
+    machine's load and peak memory. Extra arguments are Beam pipeline options, as for `hbpe convert`.
 
     \b
     Example:
       hbpe bench convert --tokenizer runs/demo/tokenizer --input data/sample/en-sotu-sample.jsonl.zst --runner inprocess
     """
     from hbpe.pipeline.beam.bench_convert import bench_convert as run
+    from hbpe.pipeline.beam.bench_convert import render
     from hbpe.pipeline.beam.quiet import quiet_beam
 
     quiet_beam()  # also when this command runs without the `hbpe` group around it
@@ -189,17 +211,9 @@ def bench_convert(
         pipeline_args=list(ctx.args),
         runner=runner,
         workers=workers,
+        repeat=repeat,
     )
-    emit(
-        r,
-        as_json,
-        lambda r: (
-            f"corpus {r['corpus_mb']:.1f} MB ({r['documents']} documents, x{scale}), {r['units']} units, {r['workers']} workers\n"
-            f"tiktoken encode_ordinary_batch ({r['threads']} threads) {r['tiktoken_mb_per_s']:8.2f} MB/s\n"
-            f"hbpe convert ({r['runner']}){' ' * max(1, 32 - len(r['runner']))}{r['pipeline_mb_per_s']:8.2f} MB/s   ratio {r['ratio']:.3f}\n"
-            f"peak RSS: launcher {r['peak_rss_mb_self']:.0f} MB, largest worker {r['peak_rss_mb_workers']:.0f} MB"
-        ),
-    )
+    emit(r, as_json, lambda r: render(r, scale=scale))
 
 
 @bench.command("train", cls=Command)
@@ -301,9 +315,10 @@ def _render_bench_train(r: dict[str, Any]) -> str:
 def bench_step_cmd(
     config: str, overrides: tuple[str, ...], batches: int, backend: str, autocast: str, as_json: bool
 ) -> None:
-    """What one training step of CONFIG's model dispatches (CPU, fp32, the CUDA code path's counts): aten ops,
-    host syncs (data-dependent ops), dynamo graph breaks, recompiles over --batches batches of its training
-    shards, and the loss eager and compiled.
+    """What one training step of CONFIG's model dispatches (CPU, fp32, the CUDA code path's counts: with
+    model.packed_attention auto, the loader's tiles a GPU runs): aten ops, host syncs (data-dependent ops) in
+    the step and in the loop, dynamo graph breaks, recompiles over --batches batches of its training shards,
+    and the loss eager and compiled.
 
     \b
     Example:
@@ -366,3 +381,51 @@ def _render_bench_generate(r: dict[str, Any]) -> str:
         f"{r['one_by_one_bytes_per_sec']:.0f} B/s; speedup x{r['batch_speedup']:.2f}; identical output: "
         f"{r['batch_identical']} ({r['device']}, {r['threads']} threads)"
     )
+
+
+@bench.command("loader", cls=Command)
+@data_option
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, help="Samples per batch.")
+@click.option(
+    "--workers", type=click.IntRange(min=0), default=0, help="DataLoader worker processes (0: in this process)."
+)
+@click.option("--repeat", type=click.IntRange(min=1), default=5, help="Interleaved rounds; medians and spread.")
+@click.option("--batches", type=click.IntRange(min=1), default=100, help="Batches timed per round (after 5 warm-up).")
+@json_option()
+def bench_loader_cmd(data: str, batch_size: int, workers: int, repeat: int, batches: int, as_json: bool) -> None:
+    """Training loader MB/s of text, streaming's per-sample reads beside batched reads, in one run.
+
+    Both are the training loader (streaming's shuffle, the collator) over the shards' own tokenizer; rounds
+    alternate between them. Printed: medians and spread of MB/s, samples/s and ms per batch, MB/s per worker,
+    the ratio, the machine's load.
+
+    \b
+    Example:
+      hbpe bench loader --data runs/demo/shards-train --batch-size 64 --repeat 3
+    """
+    from hbpe.training.data.bench_loader import bench_loader
+
+    check_local_paths("--data", data)
+    r = bench_loader(data, batch_size=batch_size, workers=workers, repeat=repeat, batches=batches)
+    emit(r, as_json, _render_bench_loader)
+
+
+def _render_bench_loader(r: dict[str, Any]) -> str:
+    def load(x: list[float] | None) -> str:
+        return " ".join(f"{v:.2f}" for v in x) if x else "n/a"
+
+    lines = [
+        f"{r['shards']}: batches of {r['batch_size']}, {r['workers']} workers, {r['repeat']} rounds of {r['batches']} "
+        f"batches (medians; MB/s of each round after)",
+        f"{'reads':<11} {'MB/s':>7} {'/worker':>8} {'samples/s':>10} {'ms/batch':>9}  MB/s of each round",
+    ]
+    for name, p in r["paths"].items():
+        lines.append(
+            f"{name:<11} {p['mb_per_s']:>7.2f} {p['mb_per_s_per_worker']:>8.2f} {p['samples_per_s']:>10.0f} "
+            f"{p['ms_per_batch']:>9.3f}  " + ", ".join(f"{x:.2f}" for x in p["mb_per_s_all"])
+        )
+    lines.append(
+        f"batched / per_sample: x{r['ratio']:.2f} (median of each round's ratio x{r['ratio_per_round']:.2f}); "
+        f"{r['cpus']} CPUs, load average {load(r['load_before'])} before, {load(r['load_after'])} after"
+    )
+    return "\n".join(lines)

@@ -41,7 +41,7 @@ def render_summary(m: dict[str, Any]) -> str:
         ("bytes per patch", f"{s['bytes_per_patch']:.3f}"),
         ("symbols per patch", f"{s['symbols_per_patch']:.3f} (S={m['max_patch_size']}, {m['mode']})"),
         ("fertility", f"{s['fertility']:.3f}"),
-        ("shards", len(m["shards"])),
+        ("shards", _shards_row(m)),
         ("wall time", f"{m['timing'].get('wall_time_s', 0):.1f} s"),
     ]
     skipped = m.get("skipped_inputs", [])
@@ -52,6 +52,15 @@ def render_summary(m: dict[str, Any]) -> str:
     w = max(len(k) for k, _ in rows)
     ok = "OK" if Counts(**c).balanced() else "MISMATCH"
     return "\n".join([f"{k:<{w}}  {v}" for k, v in rows] + [f"{'accounting':<{w}}  read = written + rejected: {ok}"])
+
+
+def _shards_row(m: dict[str, Any]) -> str:
+    """How many shards, and which columns they store (lean: readers derive `patches` from `tokens`)."""
+    columns = m.get("columns")
+    if columns is None:
+        return str(len(m["shards"]))
+    derived = "" if "patches" in columns else "; patches derived from tokens"
+    return f"{len(m['shards'])} ({', '.join(columns)}{derived})"
 
 
 # arguments hbpe does not know are Beam's pipeline options
@@ -114,7 +123,19 @@ _CONVERT_SETTINGS = {"ignore_unknown_options": True, "allow_extra_args": True, "
     default=64,
     help="Byte-range size for large uncompressed files.",
 )
-@click.option("--shard-mb", type=click.IntRange(min=1), default=64, help="Target uncompressed shard size.")
+@click.option(
+    "--shard-mb",
+    type=click.IntRange(min=1),
+    default=64,
+    help="Target uncompressed shard size, counted with patches stored (so both layouts cut the same shards; a "
+    "lean shard is about 4/(4+2S) of it).",
+)
+@click.option(
+    "--store-patches",
+    is_flag=True,
+    help="Also store the second-stage patches (S uint16 per token: at S=10 about 3x the bytes on disk). By default "
+    "shards hold the first-stage tokens and readers derive the patches with the shards' tokenizer.",
+)
 @click.option(
     "--overwrite",
     is_flag=True,
@@ -131,7 +152,7 @@ _CONVERT_SETTINGS = {"ignore_unknown_options": True, "allow_extra_args": True, "
 @click.option(
     "--runner",
     default="auto",
-    help="inprocess (no Beam), DaskRunner (on a Dask cluster), a Beam runner (DirectRunner, DataflowRunner, "
+    help="inprocess (no Beam), dask (on a Dask cluster), a Beam runner (DirectRunner, DataflowRunner, "
     "FlinkRunner, SparkRunner, PortableRunner, ...), or auto: inprocess for a local job with no Beam option, "
     "else DirectRunner.",
 )
@@ -140,14 +161,14 @@ _CONVERT_SETTINGS = {"ignore_unknown_options": True, "allow_extra_args": True, "
     type=click.IntRange(min=1),
     default=None,
     show_default="all cores",
-    help="Worker processes of a local run (inprocess, DaskRunner's LocalCluster, or DirectRunner's "
+    help="Worker processes of a local run (inprocess, dask's LocalCluster, or DirectRunner's "
     "--direct_num_workers), at most 4 per core; a cluster (--dask-address, a Beam cluster runner) has its own.",
 )
 @click.option(
     "--dask-address",
     default=None,
     show_default="a LocalCluster on this machine",
-    help="With --runner DaskRunner: the Dask scheduler (tcp://host:8786), reached within HBPE_DASK_TIMEOUT "
+    help="With --runner dask: the Dask scheduler (tcp://host:8786), reached within HBPE_DASK_TIMEOUT "
     "seconds (30 by default; a program there that does not answer as a scheduler is refused a few seconds later).",
 )
 @json_option("the manifest")
@@ -167,6 +188,7 @@ def convert(
     text_unit: str,
     split_mb: int,
     shard_mb: int,
+    store_patches: bool,
     overwrite: bool,
     resume: bool,
     runner: str,
@@ -219,6 +241,7 @@ def convert(
             text_unit=text_unit,
             split_bytes=split_mb << 20,
             shard_bytes=shard_mb << 20,
+            store_patches=store_patches,
         )
     except ConversionInterrupted as e:
         click.echo(f"error: {e}", err=True)

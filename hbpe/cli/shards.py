@@ -54,7 +54,7 @@ def shards_inspect(data: str, samples: int, as_json: bool) -> None:
 @data_option
 @json_option("{data, ok, problems}")
 def shards_verify(data: str, as_json: bool) -> None:
-    """Hashes, manifest consistency and patches == tokenizer(tokens) on every sample; exit 1 on a problem.
+    """Hashes, manifest consistency, tokens and stored patches == tokenizer(tokens) on every sample; exit 1 on a problem.
 
     \b
     Example:
@@ -64,15 +64,18 @@ def shards_verify(data: str, as_json: bool) -> None:
     from hbpe.pipeline.shards.tools import verify
 
     check_local_paths("--data", data)
-    problems = verify(ShardDir(data))
+    sd = ShardDir(data)
+    problems = verify(sd)
     r = {"data": data, "ok": not problems, "problems": problems}
     if as_json:
         emit(r, True, str)
     elif problems:
         for p in problems:
             click.echo(f"FAIL {p}", err=True)
-    else:
+    elif sd.manifest.stores_patches:
         click.echo(f"OK {data}: hashes, manifest and every sample's patches check out")
+    else:
+        click.echo(f"OK {data}: hashes, manifest and every sample's tokens check out (patches are derived from them)")
     if problems:
         sys.exit(1)
 

@@ -89,6 +89,30 @@ def tokenizer_train(
     )
 
 
+@tokenizer.command("tables")
+@tokenizer_option
+@json_option()
+def tokenizer_tables(tokenizer_dir: str, as_json: bool) -> None:
+    """Add the built tables to a tokenizer directory (`train` writes them), so it loads without building them.
+
+    Rebuilt from the rank file and merges: this also replaces altered tables or ones an older hbpe wrote.
+
+    \b
+    Example:
+      hbpe tokenizer tables --tokenizer runs/demo/tokenizer
+    """
+    from hbpe.pipeline.tokenizer import artifact
+
+    check_local_paths("--tokenizer", tokenizer_dir)
+    written = artifact.add_tables(tokenizer_dir)
+    r = {"tokenizer": tokenizer_dir, "files": written}
+    emit(
+        r,
+        as_json,
+        lambda r: f"wrote {', '.join(f'{n} ({b} bytes)' for n, b in r['files'].items())} into {r['tokenizer']}",
+    )
+
+
 @tokenizer.command("train-bpe")
 @inputs_option()
 @first_stage_bpe_options

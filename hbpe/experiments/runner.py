@@ -50,6 +50,7 @@ from hbpe.training import (
     vocabulary_bytes,
 )
 from hbpe.training.train.config_io import local_places
+from hbpe.training.train.host_counts import HOST_BYTES
 
 log = logging.getLogger(__name__)
 RESULT_FILE = "result.json"
@@ -78,7 +79,7 @@ class EvalCurve(Callback):
         self._t0 = time.perf_counter()
 
     def batch_end(self, state: State, logger: Logger) -> None:
-        nbytes = int(state.batch["target_bytes"].sum())
+        nbytes = _batch_bytes(state.batch)
         if int(state.timestamp.batch) > 1:  # the first batch pays warm-up costs
             self.rates.append(nbytes / max(time.perf_counter() - self._t0, 1e-9))
         self.bytes += nbytes
@@ -95,7 +96,7 @@ class EvalCurve(Callback):
 
     def eval_after_forward(self, state: State, logger: Logger) -> None:
         self.batch_nll[-1] += float(state.outputs["nll_sum"])
-        self.batch_bytes[-1] += int(state.batch["target_bytes"].sum())
+        self.batch_bytes[-1] += _batch_bytes(state.batch)
 
     def eval_end(self, state: State, logger: Logger) -> None:
         metrics = state.eval_metrics.get("eval", {})
@@ -444,3 +445,8 @@ def _run_experiment(
         if run not in extra:
             results.append(result)
     return write_report(spec, results, out, eval_sets)
+
+
+def _batch_bytes(batch: dict) -> int:
+    """The batch's target bytes: the loader's host count (HostCounts) where it made one, no device read."""
+    return int(batch[HOST_BYTES]) if HOST_BYTES in batch else int(batch["target_bytes"].sum())

@@ -136,7 +136,7 @@ def build_pipeline(
     entries = (
         plan
         | "ListShardTasks" >> beam.FlatMap(lambda pl: pl.tasks)  # ShardTask
-        | "WriteMdsShards" >> WriteMdsShards(tok_dir, staging, cfg.seq_len)  # (index, entry)
+        | "WriteMdsShards" >> WriteMdsShards(tok_dir, staging, cfg.seq_len, store_patches=cfg.store_patches)
     )
     (
         entries
@@ -223,7 +223,7 @@ def run_convert(
 ) -> dict:
     """Run the whole conversion; returns the manifest as a dict.
 
-    `runner`: "auto", "inprocess", "DaskRunner" (on the scheduler at `dask_address`, or a LocalCluster
+    `runner`: "auto", "inprocess", "dask" (on the scheduler at `dask_address`, or a LocalCluster
     of `workers` processes) or a Beam runner name (options.py); `pipeline_args` are Beam
     options (a `--runner=` among them counts as `runner`). `resume`: continue an interrupted
     run into the same output, and keep this run's encoded units if it is interrupted too.
@@ -300,6 +300,8 @@ def _convert_into(
             done = _prepare_staging(build, plan.record, plan.keys, units, cfg.tokenizer)
             if on_start:
                 on_start(units)
+            if choice.deprecation:
+                say(choice.deprecation)
             say(choice.describe())
             if plan.skipped:
                 say(skipped_line(plan.skipped))

@@ -1,4 +1,4 @@
-"""`--runner DaskRunner`: the in-process runner's steps as tasks on a Dask cluster.
+"""`--runner dask`: the in-process runner's steps as tasks on a Dask cluster.
 
 The units are encoded and the shards written by the same functions as in process
 (inprocess.py), each one a Dask task, so the output is byte-identical; the launcher plans
@@ -34,7 +34,6 @@ from typing import Any
 
 from hbpe.schemas.errors import ConfigError
 
-DASK = "DaskRunner"
 TIMEOUT_ENV = "HBPE_DASK_TIMEOUT"
 CONNECT_TIMEOUT_S = 30.0  # to reach --dask-address's scheduler, unless HBPE_DASK_TIMEOUT says otherwise
 HANDSHAKE_GRACE_S = 5.0  # and then to hear its handshake (a scheduler answers in milliseconds)
@@ -89,7 +88,7 @@ def _require_distributed() -> None:
     try:
         import distributed  # noqa: F401
     except ImportError:
-        raise ConfigError("--runner DaskRunner needs dask.distributed: pip install 'hbpe[dask]'") from None
+        raise ConfigError("--runner dask needs dask.distributed: pip install 'hbpe[dask]'") from None
 
 
 def connect_timeout() -> float:

@@ -26,6 +26,7 @@ from hbpe.schemas.canonical import pretty_json
 from hbpe.schemas.errors import HbpeError
 from hbpe.schemas.manifest import Counts, Manifest, derived_statistics
 from hbpe.schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAME, SPEC_FILENAMES, TokenizerSpec
+from hbpe.schemas.tokenizer_tables import TABLES_DATA_FILENAME, TABLES_MANIFEST_FILENAME
 from hbpe.schemas.version import HBPE_VERSION
 
 STAGING_DIRNAME = ".hbpe-staging"
@@ -145,7 +146,13 @@ def finalize_output(
     # tokenizer.json: the same bytes, the same fingerprint
     staged = fs.join(ctx.staging, "tokenizer")
     spec_name = next((n for n in SPEC_FILENAMES if fs.size(fs.join(staged, n)) is not None), SPEC_FILENAME)
-    for src, name in ((spec_name, SPEC_FILENAME), (RANK_FILENAME, RANK_FILENAME)):
+    copies = [(spec_name, SPEC_FILENAME), (RANK_FILENAME, RANK_FILENAME)]
+    # its built tables where the tokenizer has them (data before manifest), so that whoever loads the shards'
+    # tokenizer loads it in a fraction of the time (pipeline/tokenizer/tables.py); they are checked on load
+    copies += [
+        (n, n) for n in (TABLES_DATA_FILENAME, TABLES_MANIFEST_FILENAME) if fs.size(fs.join(staged, n)) is not None
+    ]
+    for src, name in copies:
         data = fs.read_bytes(fs.join(staged, src))
         fs.write_atomic(fs.join(ctx.output, shard_columns.TOKENIZER_DIRNAME, name), data)
     manifest = Manifest(
@@ -163,6 +170,7 @@ def finalize_output(
         shards=names,
         timing={"wall_time_s": round(time.time() - ctx.started_at, 3), **ctx.timing},
         skipped_inputs=ctx.skipped_inputs,
+        columns=list(shard_columns.column_names(store_patches=ctx.config["store_patches"])),
     )
     fs.write_atomic(fs.join(ctx.output, shard_columns.MANIFEST_FILENAME), pretty_json(manifest.to_dict()).encode())
     # 5. the commit marker, last

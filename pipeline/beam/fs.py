@@ -20,6 +20,7 @@ from hbpe.pipeline.beam.stores import filesystems, write_empty
 from hbpe.pipeline.storage import is_remote, join  # fs.is_remote and fs.join are storage's: one definition
 from hbpe.pipeline.tokenizer import artifact
 from hbpe.schemas.tokenizer_artifact import SPEC_FILENAME, SPEC_FILENAMES
+from hbpe.schemas.tokenizer_tables import TABLES_DATA_FILENAME, TABLES_MANIFEST_FILENAME
 
 
 def _beam_fs():
@@ -216,6 +217,9 @@ def load_tokenizer(path: str):
         Path(local, name).write_bytes(read_bytes(join(path, name)))
         rank_file = artifact.load_spec(local).first_stage.rank_file  # a plain name inside the directory
         Path(local, rank_file).write_bytes(read_bytes(join(path, rank_file)))
+        for name in (TABLES_DATA_FILENAME, TABLES_MANIFEST_FILENAME):  # the built tables, where there are
+            if size(join(path, name)) is not None:
+                Path(local, name).write_bytes(read_bytes(join(path, name)))
         return artifact.load(local)
 
 

@@ -82,7 +82,8 @@ def run_inprocess(
         S = tok.max_patch_size
         plan = plan_shards(units, seq_len=cfg.seq_len, samples_per_shard=cfg.samples_per_shard(S), tail=cfg.tail)
         write_on = pool if len(plan.tasks) > 1 or executor else None
-        entries = list(_map(write_on, _write, [(t, staging, cfg.seq_len) for t in plan.tasks]))
+        write = [(t, staging, cfg.seq_len, cfg.store_patches) for t in plan.tasks]
+        entries = list(_map(write_on, _write, write))
     except BaseException as e:
         if executor is not None:
             executor.shutdown(wait=False)  # cancels what has not run; the cluster's owner stops what runs
@@ -126,8 +127,8 @@ def _encode(
     return encode_unit(tok, unit, staging, policy, text_unit=text_unit, batch_docs=batch_docs, key=key, threads=threads)
 
 
-def _write(task: ShardTask, staging: str, seq_len: int) -> tuple[int, dict[str, Any]]:
-    return write_shard(_tokenizer(staging), staging, task, seq_len)
+def _write(task: ShardTask, staging: str, seq_len: int, store_patches: bool) -> tuple[int, dict[str, Any]]:
+    return write_shard(_tokenizer(staging), staging, task, seq_len, store_patches=store_patches)
 
 
 def _tokenizer(staging: str) -> HierarchicalTokenizer:

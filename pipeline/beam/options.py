@@ -1,11 +1,13 @@
 """Which runner converts, and Beam's pipeline options when it is a Beam runner.
 
-`--runner` takes `auto` (the default), `inprocess`, `DaskRunner` (the in-process runner's
+`--runner` takes `auto` (the default), `inprocess`, `dask` (the in-process runner's
 steps as tasks on a Dask cluster, dask_cluster.py: `--dask-address`, or a LocalCluster of
 `--workers` processes) or a Beam runner name (DirectRunner,
 DataflowRunner, FlinkRunner, SparkRunner, PortableRunner, PrismRunner, ...): one option
 instead of an in-process switch beside Beam's own `--runner`, so no combination of the
 two can contradict itself, and `--runner=DataflowRunner` means what it always meant.
+hbpe's Dask engine was first named `--runner DaskRunner`, the name of Beam's own Dask runner:
+that name still runs hbpe's engine, with one line saying to use `dask`.
 
 `auto` runs a job in process when it is local (local inputs and output) and nothing asks
 for Beam (no Beam option given); any other job goes to Beam's DirectRunner, as before
@@ -37,7 +39,10 @@ from hbpe.pipeline.corpus.files import COMPRESSED_TEXT_FACTOR, FileInfo
 from hbpe.schemas.errors import ConfigError
 
 INPROCESS = "inprocess"
-DASK = "DaskRunner"  # hbpe's Dask engine; Beam's own is --runner apache_beam.runners.dask.dask_runner.DaskRunner
+DASK = "dask"  # hbpe's Dask engine; Beam's own is --runner apache_beam.runners.dask.dask_runner.DaskRunner
+# earlier names of hbpe's own runners (as _runner_key spells them) -> the name to use now
+DEPRECATED_NAMES = {"daskrunner": DASK}
+_OWN_RUNNERS = {INPROCESS: INPROCESS, DASK: DASK, **DEPRECATED_NAMES}
 AUTO = "auto"
 DIRECT_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")  # Beam's local runners
 # local worker processes per core at most: converting is CPU-bound, so past the cores more processes only add
@@ -65,6 +70,7 @@ class RunnerChoice:
     beam_args: tuple[str, ...] = ()  # Beam pipeline options, --runner included (empty for INPROCESS)
     workers: int = 1  # in-process worker processes (for a Beam runner: DirectRunner's, when it sets them)
     dask_address: str | None = None  # DASK: the scheduler's, or None for a LocalCluster of `workers` processes
+    deprecation: str | None = None  # one line to show when the runner was asked for by an earlier name
 
     @property
     def beam(self) -> bool:
@@ -96,7 +102,8 @@ def choose_runner(
                 f"Beam pipeline options ({' '.join(args)}) have no effect with --runner {own}: drop them, "
                 "or choose a Beam runner (e.g. --runner DirectRunner)"
             )
-        return RunnerChoice(own, f"--runner {own}", workers=cores, dask_address=dask_address)
+        note = deprecated_runner(runner)
+        return RunnerChoice(own, f"--runner {own}", workers=cores, dask_address=dask_address, deprecation=note)
     if runner != AUTO:
         return RunnerChoice(runner, "--runner", (f"--runner={runner}", *args), workers=cores)
     if args:
@@ -119,12 +126,25 @@ def check_runner_args(
     runner = named or runner
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
-    own = {INPROCESS: INPROCESS, DASK.lower(): DASK}.get(runner.replace("-", "").replace("_", "").lower())
+    own = _OWN_RUNNERS.get(_runner_key(runner))
     if dask_address and own != DASK:
         raise ConfigError(f"--dask-address {dask_address} needs --runner {DASK}; add it, or drop --dask-address")
     if workers is not None:
         _check_workers(workers, cluster=_cluster(own or runner, dask_address))
     return args, runner, own
+
+
+def _runner_key(runner: str) -> str:
+    """How hbpe's own runner names are matched: any case, with or without - and _ ("Dask", "in-process")."""
+    return runner.replace("-", "").replace("_", "").lower()
+
+
+def deprecated_runner(runner: str) -> str | None:
+    """The line to show for an earlier name of one of hbpe's runners (`DaskRunner`), else None."""
+    new = DEPRECATED_NAMES.get(_runner_key(runner))
+    if new is None:
+        return None
+    return f"--runner {runner} is deprecated (Beam has a runner of that name): use --runner {new}"
 
 
 def _cluster(runner: str, dask_address: str | None) -> str | None:

@@ -92,22 +92,25 @@ def plan_shards(units: list[UnitSummary], *, seq_len: int, samples_per_shard: in
 
 
 def build_samples(
-    stream: np.ndarray, table: np.ndarray, token_nbytes: np.ndarray, seq_len: int
+    stream: np.ndarray, table: np.ndarray, token_nbytes: np.ndarray, seq_len: int, *, store_patches: bool
 ) -> dict[str, np.ndarray]:
-    """(samples*N,) int32 stream -> tokens (B, N), patches (B, N, S), num_bytes (B,)."""
+    """(samples*N,) int32 stream -> tokens (B, N), num_bytes (B,), and patches (B, N, S) when stored."""
     tokens = stream.reshape(-1, seq_len)
-    patches = np.take(table, tokens, axis=0)  # (B, N, S)
-    num_bytes = np.take(token_nbytes, tokens, axis=0).sum(axis=1, dtype=np.int64)
-    return {"tokens": tokens, "patches": patches, "num_bytes": num_bytes}
+    cols = {"tokens": tokens, "num_bytes": np.take(token_nbytes, tokens, axis=0).sum(axis=1, dtype=np.int64)}
+    if store_patches:
+        cols["patches"] = np.take(table, tokens, axis=0)  # (B, N, S)
+    return cols
 
 
-def write_shard(tok: HierarchicalTokenizer, staging: str, task: ShardTask, seq_len: int) -> tuple[int, dict[str, Any]]:
+def write_shard(
+    tok: HierarchicalTokenizer, staging: str, task: ShardTask, seq_len: int, *, store_patches: bool
+) -> tuple[int, dict[str, Any]]:
     """Write one shard into staging/shards/ (temporary name, then renamed); returns (index, MDS index entry)."""
     stream = np.concatenate([read_pieces(staging, task.pieces), np.full(task.pad, TOKEN_PAD, dtype=np.int32)])
-    cols = build_samples(stream, tok.table, tok.token_nbytes, seq_len)
+    cols = build_samples(stream, tok.table, tok.token_nbytes, seq_len, store_patches=store_patches)
     name = shard_columns.shard_basename(task.index)
     data, entry = mds_format.write_shard(
-        shard_columns.mds_columns(seq_len, tok.max_patch_size),
+        shard_columns.mds_columns(seq_len, tok.max_patch_size, store_patches=store_patches),
         cols,
         basename=name,
         compression=shard_columns.COMPRESSION,

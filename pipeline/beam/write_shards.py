@@ -10,8 +10,9 @@ from hbpe.pipeline.beam.shard_tasks import ShardTask, write_shard
 
 
 class _WriteShardFn(beam.DoFn):
-    def __init__(self, tokenizer_dir: str, staging: str, seq_len: int) -> None:
+    def __init__(self, tokenizer_dir: str, staging: str, seq_len: int, store_patches: bool) -> None:
         self.tokenizer_dir, self.staging, self.seq_len = tokenizer_dir, staging, seq_len
+        self.store_patches = store_patches
         self.shards_written = Metrics.counter("hbpe", "shards_written")
         self.samples_written = Metrics.counter("hbpe", "samples_written")
 
@@ -19,7 +20,7 @@ class _WriteShardFn(beam.DoFn):
         self.tok = fs.load_tokenizer(self.tokenizer_dir)
 
     def process(self, task: ShardTask):
-        index, entry = write_shard(self.tok, self.staging, task, self.seq_len)
+        index, entry = write_shard(self.tok, self.staging, task, self.seq_len, store_patches=self.store_patches)
         self.shards_written.inc()
         self.samples_written.inc(task.num_samples)
         yield index, entry
@@ -28,9 +29,9 @@ class _WriteShardFn(beam.DoFn):
 class WriteMdsShards(beam.PTransform):
     """PCollection[ShardTask] -> PCollection[(shard index, MDS index entry)]."""
 
-    def __init__(self, tokenizer_dir: str, staging: str, seq_len: int) -> None:
+    def __init__(self, tokenizer_dir: str, staging: str, seq_len: int, *, store_patches: bool) -> None:
         super().__init__()
-        self._fn = _WriteShardFn(tokenizer_dir, staging, seq_len)
+        self._fn = _WriteShardFn(tokenizer_dir, staging, seq_len, store_patches)
 
     def expand(self, tasks):
         return (

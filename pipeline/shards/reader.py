@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
 
 RESTORE = "restore the file from a copy or reconvert with `hbpe convert --overwrite`"
-HBPE_COLUMNS = ("num_bytes", "patches", "tokens")
 
 
 def _is_count(v: Any) -> bool:
@@ -71,6 +70,11 @@ def parse_manifest(raw: bytes, *, source: str) -> Manifest:
     ]
     if not isinstance(m.inputs, list):
         wrong.append("inputs is not a list")
+    if m.columns not in (list(shard_columns.LEAN_COLUMNS), list(shard_columns.STORED_COLUMNS)):
+        wrong.append(
+            f"columns={m.columns!r} (hbpe shards store {list(shard_columns.LEAN_COLUMNS)}, or "
+            f"{list(shard_columns.STORED_COLUMNS)} with --store-patches)"
+        )
     if not isinstance(m.shards, list) or not all(isinstance(s, str) for s in m.shards):
         wrong.append("shards is not a list of file names")
     counts = {k: v for k, v in vars(m.counts).items() if k != "rejected_by_reason"}
@@ -80,7 +84,34 @@ def parse_manifest(raw: bytes, *, source: str) -> Manifest:
         wrong.append(f"counts.rejected_by_reason={reasons!r}")
     if wrong:
         raise ArtifactError(f"{source}: values of the wrong type or range: {', '.join(wrong[:6])}; {RESTORE}")
+    if m.shard_schema_version > shard_columns.SHARD_SCHEMA_VERSION:
+        raise ArtifactError(
+            f"{source}: shard schema {m.shard_schema_version} is newer than this hbpe reads "
+            f"({shard_columns.SHARD_SCHEMA_VERSION}, written by hbpe {m.hbpe_version!r}): upgrade hbpe"
+        )
     return m
+
+
+def columns_problem(entry: dict, manifest: Manifest) -> str | None:
+    """How a shard's index.json entry disagrees with the columns the manifest says every shard stores (None: it agrees).
+
+    Readers take `patches` from the shards when the manifest lists it and derive it from `tokens` when
+    not: a shard of the other layout would fail (or decode wrongly) deep inside training.
+    """
+    got = dict(zip(entry["column_names"], entry["column_encodings"], strict=True))
+    want = manifest.mds_columns()
+    if got == want:
+        return None
+    layout = "with `patches`" if manifest.stores_patches else "without `patches` (derived from `tokens`)"
+    return (
+        f"stores columns {got}, manifest.json says every shard stores {want} ({layout}; seq_len {manifest.seq_len}, "
+        f"S={manifest.max_patch_size}): index.json and manifest.json are not from the same conversion"
+    )
+
+
+def columns_error(where: str | os.PathLike, entry: dict, problem: str) -> ArtifactError:
+    """The one error of a shard whose columns disagree with the manifest, naming its file, with the fix."""
+    return ArtifactError(f"{where}: shard {entry['zip_data']['basename']} {problem}; {RESTORE}")
 
 
 def read_manifest(shards: str | os.PathLike) -> Manifest:
@@ -193,11 +224,9 @@ class ShardDir:
         if raw is None:
             raise ArtifactError(f"{ipath}: missing from a completed shard directory; {RESTORE}")
         self.index = mds_format.parse_index(raw, source=str(ipath))
-        for i, e in enumerate(self.index["shards"]):
-            if sorted(e["column_names"]) != list(HBPE_COLUMNS):
-                raise ArtifactError(
-                    f"{ipath} shard {i}: columns {e['column_names']}, hbpe shards have {list(HBPE_COLUMNS)}; reconvert"
-                )
+        for e in self.index["shards"]:
+            if problem := columns_problem(e, self.manifest):
+                raise columns_error(self.path, e, problem)
         self._tok = None
 
     @property
@@ -243,6 +272,13 @@ class ShardDir:
     def read_columns(self, entry: dict, raw: bytes | None = None) -> dict[str, np.ndarray]:
         name = self.file_path(entry["zip_data"]["basename"])
         return mds_format.decode_raw_shard(self.read_raw(entry) if raw is None else raw, entry, name=name)
+
+    def patches(self, columns: dict[str, np.ndarray]) -> np.ndarray:
+        """`patches` of decoded columns (or of one sample): stored, or derived from `tokens` with the shards' tokenizer.
+
+        Lean shards (the default) store no `patches`: every patch is the tokenizer's table row of its token.
+        """
+        return columns["patches"] if "patches" in columns else self.tokenizer.patches(columns["tokens"])
 
     def iter_samples(self, entry: dict, raw: bytes | None = None) -> Iterator[dict[str, np.ndarray]]:
         cols = self.read_columns(entry, raw)

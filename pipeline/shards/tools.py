@@ -11,8 +11,7 @@ import numpy as np
 
 from hbpe.pipeline import storage
 from hbpe.pipeline.shards import mds_format
-from hbpe.pipeline.shards.reader import ShardDir, read_shard_file
-from hbpe.schemas import shard_columns
+from hbpe.pipeline.shards.reader import ShardDir, columns_problem, read_shard_file
 from hbpe.schemas.errors import ArtifactError, HbpeError
 from hbpe.schemas.symbols import EOD, PAD, TOKEN_EOD, TOKEN_PAD
 
@@ -52,7 +51,7 @@ def inspect(sd: ShardDir, *, samples: int = 2, chars: int = 240) -> dict[str, An
     if first is not None:
         for i, s in zip(range(samples), sd.iter_samples(first), strict=False):
             decoded.append(
-                {"sample": i, "num_bytes": int(s["num_bytes"]), "text": _preview(sd.tokenizer, s["patches"], chars)}
+                {"sample": i, "num_bytes": int(s["num_bytes"]), "text": _preview(sd.tokenizer, sd.patches(s), chars)}
             )
     return {
         **stats(sd),
@@ -66,8 +65,9 @@ def verify(sd: ShardDir) -> list[str]:
     """Every problem found (empty when the directory is consistent).
 
     Files: each shard's size and hashes, before and after decompression. Samples: ids in
-    the vocabulary, patches == tokenizer(tokens), num_bytes. Manifest: shard list, tokenizer
-    fingerprint, column shapes, and the counts of samples, patches, tokens, documents and bytes.
+    the vocabulary, stored patches == tokenizer(tokens) (lean shards store none: readers derive
+    them so), num_bytes. Manifest: shard list, tokenizer fingerprint, the columns of each shard
+    (layout and shapes), and the counts of samples, patches, tokens, documents and bytes.
     """
     problems: list[str] = []
     m = sd.manifest
@@ -80,14 +80,13 @@ def verify(sd: ShardDir) -> list[str]:
         # the per-sample checks need the conversion's tokenizer; the file and count checks go on
         problems.append(f"tokenizer/ cannot be used (samples not checked against it): {e}")
         tok = None
-    columns = shard_columns.mds_columns(m.seq_len, m.max_patch_size)
     n_vocab = tok.encoding.max_token_value + 1 if tok is not None else None
     text_tokens = eods = pads = nbytes_total = 0
     complete = True  # every shard was read: the totals below can be compared with the manifest
     for e in sd.shard_entries:
         name = e["zip_data"]["basename"]
-        if dict(zip(e["column_names"], e["column_encodings"], strict=True)) != columns:
-            problems.append(f"{name}: columns {e['column_encodings']} do not match manifest seq_len/S {columns}")
+        if problem := columns_problem(e, m):
+            problems.append(f"{name}: {problem}")
             complete = False
             continue
         data = read_shard_file(sd.path, e["zip_data"])
@@ -118,8 +117,9 @@ def verify(sd: ShardDir) -> list[str]:
             problems.append(f"{name}: tokens span {lo}..{hi}, outside -2..{n_vocab - 1} of {tok.spec.first_stage.name}")
             complete = False
             continue
-        wrong = np.flatnonzero((cols["patches"] != tok.patches(tokens)).any(axis=(1, 2)))
-        problems += [f"{name} sample {i}: patches differ from the tokenizer applied to tokens" for i in wrong[:5]]
+        if "patches" in cols:
+            wrong = np.flatnonzero((cols["patches"] != tok.patches(tokens)).any(axis=(1, 2)))
+            problems += [f"{name} sample {i}: patches differ from the tokenizer applied to tokens" for i in wrong[:5]]
         nbytes = np.take(tok.token_nbytes, tokens, axis=0).sum(axis=1)
         problems += [
             f"{name} sample {i}: num_bytes {cols['num_bytes'][i]} != {nbytes[i]}"
@@ -177,11 +177,11 @@ def _count_problems(c, seq_len: int, n_samples: int, text_tokens: int, eods: int
 
 
 def export_text(sd: ShardDir, out: TextIO) -> dict[str, int]:
-    """Rebuild documents from `patches` (the hierarchical symbols), one JSON line each."""
+    """Rebuild documents from `patches` (the hierarchical symbols: stored, or derived), one JSON line each."""
     tok = sd.tokenizer
     written, pending = 0, []
     for s in sd.samples():
-        flat = s["patches"].reshape(-1)
+        flat = sd.patches(s).reshape(-1)
         flat = flat[flat != PAD]
         ends = np.flatnonzero(flat == EOD)
         start = 0

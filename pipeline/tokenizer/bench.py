@@ -1,7 +1,8 @@
 """`hbpe bench tokenizer`, `sweep` and `first-stage`: tokenizer costs next to a reference.
 
 `tokenizer` and `sweep` time the second stage next to raw tiktoken in one process on the
-same text, so ratios are meaningful on any machine (wall-clock best-of-N). `first-stage`
+same text, so ratios are meaningful on any machine (wall-clock best-of-N); `tokenizer` also
+times loading the artifact with its built tables and without them (medians). `first-stage`
 runs the in-house and HF first-stage trainers on the same word counts, each in a fresh
 process so that peak memory is its own.
 """
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hbpe.pipeline.tokenizer import artifact
+from hbpe.pipeline import storage
+from hbpe.pipeline.tokenizer import artifact, tables
 from hbpe.pipeline.tokenizer.first_stage import load_encoding, parse_rank_file, vocabulary_tokens
 from hbpe.pipeline.tokenizer.first_stage_train import FIRST_STAGE_TRAINERS, count_pretokens
 from hbpe.pipeline.tokenizer.hierarchical import HierarchicalTokenizer
@@ -28,6 +33,8 @@ from hbpe.pipeline.tokenizer.pair_merges import learn_merges
 from hbpe.pipeline.tokenizer.second_stage import kernels
 from hbpe.pipeline.tokenizer.second_stage.apply import patch_of
 from hbpe.pipeline.tokenizer.stats import read_texts
+from hbpe.schemas.errors import HbpeError
+from hbpe.schemas.tokenizer_tables import TABLES_MANIFEST_FILENAME
 
 
 def _best_of(fn: Callable[[], object], repeat: int) -> float:
@@ -86,6 +93,70 @@ def bench_tokenizer(tok: HierarchicalTokenizer, texts: list[str], *, repeat: int
         "ratio_single": mbps["hbpe_encode"] / mbps["tiktoken_encode_ordinary"],
         "ratio_batch": mbps["hbpe_encode_batch"] / mbps["tiktoken_encode_ordinary_batch"],
     }
+
+
+def bench_load(tokenizer_dir: str | os.PathLike, *, repeat: int = 7) -> dict:
+    """Seconds to load the artifact from its built tables and without them (rank file parsed, patch table built).
+
+    Rounds alternate the two loads so the machine's load hits both alike; medians are reported with
+    the load average. An artifact without tables (or in a bucket) is timed as a temporary local copy
+    with tables added. Both ways must give the same tokenizer, or this raises instead of timing.
+    """
+    with tempfile.TemporaryDirectory(prefix="hbpe-bench-load-") as tmp:
+        path, own = _local_with_tables(str(tokenizer_dir), tmp)
+        _check_same(artifact.load(path), artifact.load(path, use_tables=False), shown=str(tokenizer_dir))
+        runs: dict[str, list[float]] = {"with_tables": [], "without_tables": []}
+        for _ in range(repeat):
+            for name, use in (("with_tables", True), ("without_tables", False)):
+                t = time.perf_counter()
+                artifact.load(path, use_tables=use)
+                runs[name].append(time.perf_counter() - t)
+    median = {name: statistics.median(ts) for name, ts in runs.items()}
+    return {
+        "repeat": repeat,
+        "tables": "the artifact's" if own else "added to a temporary copy",
+        "seconds": median,
+        "runs": runs,
+        "speedup": median["without_tables"] / median["with_tables"],
+        "load_average": _load_average(),
+    }
+
+
+def _local_with_tables(tokenizer_dir: str, tmp: str) -> tuple[str, bool]:
+    """(a local artifact with tables, whether they are the artifact's own) for `bench_load`."""
+    if not storage.is_remote(tokenizer_dir) and Path(tokenizer_dir, TABLES_MANIFEST_FILENAME).is_file():
+        return tokenizer_dir, True
+    local = str(Path(tmp, "tokenizer"))
+    if storage.is_remote(tokenizer_dir):
+        artifact.fetch(tokenizer_dir, local)
+    else:
+        spec = artifact.spec_path(tokenizer_dir)
+        Path(local).mkdir()
+        shutil.copy(spec, Path(local, spec.name))
+        rank_file = artifact.load_spec(tokenizer_dir).first_stage.rank_file
+        shutil.copy(Path(tokenizer_dir, rank_file), Path(local, rank_file))
+    artifact.add_tables(local)
+    return local, False
+
+
+def _check_same(a: HierarchicalTokenizer, b: HierarchicalTokenizer, *, shown: str) -> None:
+    """Loaded from tables and built: the same ranks and arrays, or the timing would compare different work."""
+    arrays = ("table", "patch_lengths", "token_nbytes")
+    same = a.encoding._mergeable_ranks == b.encoding._mergeable_ranks and all(
+        getattr(a, k).dtype == getattr(b, k).dtype and np.array_equal(getattr(a, k), getattr(b, k)) for k in arrays
+    )
+    if not same:
+        raise HbpeError(
+            f"{shown}: the tokenizer loaded from its tables differs from the one built; rebuild them with "
+            f"{tables.rebuild_hint(shown)}"
+        )
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # not every platform has one
+        return None
 
 
 def bench_sweep(encodings: list[str], sizes: list[int], texts: list[str], *, repeat: int = 3) -> list[dict]:

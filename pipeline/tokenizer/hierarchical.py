@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tiktoken
@@ -32,10 +32,22 @@ from hbpe.schemas.symbols import EOD, NUM_BYTES, PAD, TOKEN_EOD, TOKEN_PAD
 from hbpe.schemas.tokenizer_artifact import TokenizerSpec
 
 
-class HierarchicalTokenizer:
-    """A loaded two-stage tokenizer. Build with `training.train_tokenizer` or `artifact.load`."""
+class PatchTables(NamedTuple):
+    """The second stage's per-id arrays: built from the merges here, or read back from an artifact (tables.py)."""
 
-    def __init__(self, encoding: tiktoken.Encoding, spec: TokenizerSpec) -> None:
+    table: np.ndarray  # (R + 2, S) uint16, R = first-stage ids
+    patch_lengths: np.ndarray  # (R + 2,) uint8
+    token_nbytes: np.ndarray  # (R + 2,) int32
+
+
+class HierarchicalTokenizer:
+    """A loaded two-stage tokenizer. Build with `training.train_tokenizer` or `artifact.load`.
+
+    `tables`: the arrays `_build_table` would build, as an artifact's saved tables hold them (checked by
+    the caller); without them they are built from the merges.
+    """
+
+    def __init__(self, encoding: tiktoken.Encoding, spec: TokenizerSpec, *, tables: PatchTables | None = None) -> None:
         self.encoding = encoding
         self.spec = spec
         stage = spec.second_stage
@@ -45,7 +57,7 @@ class HierarchicalTokenizer:
         self.vocab_size = stage.vocab_size
         self._ranks = {pair: k for k, pair in enumerate(self.merges)}
         self.symbol_bytes, self.symbol_ends_patch = self._expand_symbols()
-        self.table, self.patch_lengths, self.token_nbytes = self._build_table()
+        self.table, self.patch_lengths, self.token_nbytes = tables if tables is not None else self._build_table()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
 
@@ -60,7 +72,7 @@ class HierarchicalTokenizer:
             ends.append(ends[b])
         return out, ends
 
-    def _build_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _build_table(self) -> PatchTables:
         S = self.max_patch_size
         vocab = vocabulary_tokens(self.encoding)
         n_rows = self.encoding.max_token_value + 1
@@ -84,7 +96,7 @@ class HierarchicalTokenizer:
         patch_lengths[-1] = 1
         token_nbytes = np.zeros(n_rows + 2, dtype=np.int32)
         token_nbytes[ids] = [len(tok) for _, tok in vocab]
-        return table, patch_lengths, token_nbytes
+        return PatchTables(table, patch_lengths, token_nbytes)
 
     # ---- encoding -----------------------------------------------------------------------
 

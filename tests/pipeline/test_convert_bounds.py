@@ -36,18 +36,18 @@ def convert_cli(tok_dir, out, *args: str):
 
 @pytest.mark.parametrize("workers", ["10000", "1000000000"])
 def test_cli_refuses_more_dask_workers_than_this_machine_holds(tmp_path, gpt2_tokenizer_dir, workers):
-    r = convert_cli(gpt2_tokenizer_dir, tmp_path / "out", "--runner", "DaskRunner", "--workers", workers)
+    r = convert_cli(gpt2_tokenizer_dir, tmp_path / "out", "--runner", "dask", "--workers", workers)
     cores = local_cores()
     cli_fails(
         r, 2,
         f"error: --workers {workers}: at most {most_workers()} worker processes here ({WORKERS_PER_CORE} per core, "
         f"{cores} core(s)): each is a process with its own tokenizer, and more than the cores only share them; pass "
-        f"--workers {cores} (the default), or a Dask cluster (--runner DaskRunner --dask-address) for more",
+        f"--workers {cores} (the default), or a Dask cluster (--runner dask --dask-address) for more",
     )  # fmt: skip
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("runner", ["inprocess", "DaskRunner", "auto", "DirectRunner"])
+@pytest.mark.parametrize("runner", ["inprocess", "dask", "auto", "DirectRunner"])
 def test_every_local_runner_bounds_workers_by_cores(runner):
     assert choose_runner(runner, [], output="/o", files=[], workers=most_workers()).workers == most_workers()
     with pytest.raises(ConfigError, match=rf"^--workers {most_workers() + 1}: at most {most_workers()} worker "):
@@ -56,7 +56,7 @@ def test_every_local_runner_bounds_workers_by_cores(runner):
 
 def test_api_refuses_workers_2_to_the_70(tmp_path, gpt2_tokenizer_dir):
     with pytest.raises(ConfigError, match=rf"^--workers {2**70}: at most {most_workers()} worker processes here"):
-        hbpe.convert(SAMPLE_EN, tmp_path / "out", tokenizer=gpt2_tokenizer_dir, runner="DaskRunner", workers=2**70)
+        hbpe.convert(SAMPLE_EN, tmp_path / "out", tokenizer=gpt2_tokenizer_dir, runner="dask", workers=2**70)
     assert not (tmp_path / "out").exists()
 
 
@@ -67,10 +67,10 @@ def test_workers_with_a_remote_cluster_are_refused_as_meaningless():
         with pytest.raises(
             ConfigError, match=rf"^--workers {workers} has no effect with --dask-address tcp://h:8786: that cluster's"
         ):
-            choose_runner("DaskRunner", [], output="/o", files=[], workers=workers, dask_address="tcp://h:8786")
+            choose_runner("dask", [], output="/o", files=[], workers=workers, dask_address="tcp://h:8786")
         with pytest.raises(ConfigError, match=rf"^--workers {workers} has no effect with --runner DataflowRunner: "):
             choose_runner("DataflowRunner", [], output="gs://b/o", files=[], workers=workers)
-    assert choose_runner("DaskRunner", [], output="/o", files=[], dask_address="tcp://h:8786").dask_address
+    assert choose_runner("dask", [], output="/o", files=[], dask_address="tcp://h:8786").dask_address
 
 
 SEQ_LEN_TOO_LONG = (

@@ -1,4 +1,4 @@
-"""`--runner DaskRunner` on a real Dask LocalCluster (2 worker processes on 127.0.0.1): the same bytes as the
+"""`--runner dask` on a real Dask LocalCluster (2 worker processes on 127.0.0.1): the same bytes as the
 in-process runner (shards, rejects, accounting), a worker killed with SIGKILL mid-run survived, and a clean exit."""
 
 from __future__ import annotations
@@ -61,13 +61,18 @@ def reference(tmp_path_factory, gpt2_tokenizer_dir, corpus) -> tuple[dict, dict[
     return m, without_timing(dir_bytes(out))
 
 
+DEPRECATED_LINE = "--runner {} is deprecated (Beam has a runner of that name): use --runner dask"
+
+
 def test_dask_output_is_byte_identical_to_inprocess(cluster, tmp_path, gpt2_tokenizer_dir, corpus, reference):
     lines: list[str] = []
     out = tmp_path / "out"
     cfg = cfg_for(gpt2_tokenizer_dir, corpus, out)
-    m = run_convert(cfg, runner="DaskRunner", dask_address=cluster[0], progress=False, on_message=lines.append)
+    m = run_convert(cfg, runner="dask", dask_address=cluster[0], progress=False, on_message=lines.append)
     ref_manifest, ref_files = reference
-    assert m["timing"]["runner"] == "DaskRunner" and len(m["shards"]) > 2
+    assert "runner: dask (--runner dask; the in-process runner's steps as Dask tasks)" in lines
+    assert not [ln for ln in lines if "deprecated" in ln]
+    assert m["timing"]["runner"] == "dask" and len(m["shards"]) > 2
     assert m["counts"] == ref_manifest["counts"] and m["counts"]["documents_rejected"] == 10
     assert without_timing(dir_bytes(out)) == ref_files  # shards, rejects, index, manifest
     assert f"dask: scheduler {cluster[0]}, 2 worker(s) now (more may join)" in lines
@@ -81,7 +86,7 @@ def test_a_worker_killed_mid_run_is_survived(cluster, tmp_path, gpt2_tokenizer_d
     out = tmp_path / "out"
     box: dict = {}
     run = threading.Thread(
-        target=lambda: box.update(m=run_convert(cfg_for(gpt2_tokenizer_dir, corpus, out), runner="DaskRunner",
+        target=lambda: box.update(m=run_convert(cfg_for(gpt2_tokenizer_dir, corpus, out), runner="dask",
                                                 dask_address=address, progress=False)),
     )  # fmt: skip
     run.start()
@@ -98,7 +103,8 @@ def test_a_worker_killed_mid_run_is_survived(cluster, tmp_path, gpt2_tokenizer_d
 
 
 def test_cli_local_cluster_exits_cleanly(tmp_path, gpt2_tokenizer_dir, corpus, reference):
-    """The CLI's own LocalCluster: its size said, progress from staging, and no traceback or restart on close."""
+    """The CLI's own LocalCluster: its size said, progress from staging, and no traceback or restart on close.
+    Asked for by the runner's earlier name, DaskRunner: it still runs, saying once to use `dask`."""
     out = tmp_path / "out"
     r = subprocess.run(
         [sys.executable, "-m", "hbpe.cli", "convert", "--tokenizer", str(gpt2_tokenizer_dir), "--input", str(corpus),
@@ -107,11 +113,31 @@ def test_cli_local_cluster_exits_cleanly(tmp_path, gpt2_tokenizer_dir, corpus, r
     )  # fmt: skip
     both = r.stdout + r.stderr
     assert r.returncode == 0, both
+    assert [ln for ln in both.splitlines() if "deprecated" in ln] == [DEPRECATED_LINE.format("DaskRunner")]
+    assert "runner: dask (--runner dask; the in-process runner's steps as Dask tasks)" in both
     assert "dask: LocalCluster of 2 worker process(es) on 127.0.0.1" in both
     assert "read = written + rejected: OK" in both and "[convert]: 100%" in both
     for noise in ("Traceback", "CommClosedError", "Restarting worker", "distributed."):
         assert noise not in both, both
     assert json.loads((out / "manifest.json").read_bytes())["counts"]["documents_rejected"] == 10
+
+
+@pytest.mark.parametrize("given", ["DaskRunner", "dask_runner", "--runner=DaskRunner"])
+def test_the_earlier_name_dask_runner_chooses_hbpe_dask_with_a_deprecation_line(given):
+    from hbpe.pipeline.beam.options import choose_runner
+
+    runner, args = ("auto", [given]) if given.startswith("--") else (given, [])
+    choice = choose_runner(runner, args, output="/o", files=[], workers=2)
+    named = given.split("=")[-1]
+    assert (choice.name, choice.beam, choice.workers, choice.beam_args) == ("dask", False, 2, ())
+    assert choice.deprecation == DEPRECATED_LINE.format(named)
+
+
+@pytest.mark.parametrize("given", ["dask", "Dask", "inprocess", "auto", "DirectRunner"])
+def test_current_runner_names_say_nothing_deprecated(given):
+    from hbpe.pipeline.beam.options import choose_runner
+
+    assert choose_runner(given, [], output="/o", files=[]).deprecation is None
 
 
 def test_beam_dask_runner_options_are_known():
@@ -233,7 +259,7 @@ def test_a_malformed_dask_address_is_refused_before_connecting():
 def test_cli_refuses_an_http_server_as_dask_address_within_hbpe_dask_timeout(
     http_server, tmp_path, gpt2_tokenizer_dir, corpus, monkeypatch
 ):
-    """`hbpe convert --runner DaskRunner --dask-address` at an HTTP server: one line within HBPE_DASK_TIMEOUT (here 1 s)
+    """`hbpe convert --runner dask --dask-address` at an HTTP server: one line within HBPE_DASK_TIMEOUT (here 1 s)
     and its grace, before anything is written (before: "runner: DaskRunner" and nothing more for 7+ minutes)."""
     from click.testing import CliRunner
 
@@ -244,7 +270,7 @@ def test_cli_refuses_an_http_server_as_dask_address_within_hbpe_dask_timeout(
     out = tmp_path / "out"
     args = ["convert", "--tokenizer", str(gpt2_tokenizer_dir), "--input", str(corpus), "--out", str(out)]
     t0 = time.monotonic()
-    r = CliRunner().invoke(main, [*args, "--runner", "DaskRunner", "--dask-address", http_server])
+    r = CliRunner().invoke(main, [*args, "--runner", "dask", "--dask-address", http_server])
     assert time.monotonic() - t0 < 30
     cli_fails(r, 2, f"error: --dask-address {http_server} is not a Dask scheduler: it accepted the connection but "
                     "gave no Dask handshake within 2 s")  # fmt: skip

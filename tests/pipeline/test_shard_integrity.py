@@ -109,8 +109,8 @@ BAD_FILES = [
     ("index.json", {"zip_data": {"basename": 5}}, "shard basename 5 is not a plain file name"),
     ("index.json", {"zip_data": {"bytes": -1}}, "zip_data.bytes is -1"),
     ("index.json", {"zip_data": {"hashes": {}}}, "no hash to verify the shard against"),
-    ("index.json", {"column_sizes": [8, 2560, "512"]}, "column 'tokens' has encoding"),
-    ("index.json", {"column_encodings": ["int64", "pickle", "ndarray:int32:128"]}, "column 'patches'"),
+    ("index.json", {"column_sizes": [8, "512"]}, "column 'tokens' has encoding"),
+    ("index.json", {"column_encodings": ["pickle", "ndarray:int32:128"]}, "column 'num_bytes'"),
 ]
 
 

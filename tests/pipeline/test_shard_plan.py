@@ -1,4 +1,5 @@
 import apache_beam as beam
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -45,7 +46,8 @@ def test_encode_units_counts(tmp_path, gpt2_tokenizer_dir):
         assert_that(out, equal_to([(3, 2, {"empty_text": 1}, 3, 5)]))
 
 
-def test_mds_format_is_byte_identical_to_streaming_writer(tmp_path):
+@pytest.mark.parametrize("store_patches", [False, True], ids=["lean", "stored"])
+def test_mds_format_is_byte_identical_to_streaming_writer(tmp_path, store_patches):
     import json
 
     import numpy as np
@@ -55,12 +57,13 @@ def test_mds_format_is_byte_identical_to_streaming_writer(tmp_path):
     from hbpe.schemas.shard_columns import HASHES, mds_columns
 
     rng = np.random.default_rng(0)
-    cols = mds_columns(16, 4)
+    cols = mds_columns(16, 4, store_patches=store_patches)
     values = {
         "tokens": rng.integers(-2, 50000, size=(5, 16), dtype=np.int32),
         "patches": rng.integers(0, 400, size=(5, 16, 4), dtype=np.uint16),
         "num_bytes": rng.integers(0, 1000, size=5, dtype=np.int64),
     }
+    values = {k: v for k, v in values.items() if k in cols}
     with MDSWriter(
         out=str(tmp_path / "ref"), columns=cols, compression="zstd", hashes=list(HASHES), size_limit=None
     ) as w:

@@ -12,6 +12,9 @@ import numpy as np
 from hbpe.pipeline.tokenizer import artifact
 from tests.conftest import IN_MEMORY_BEAM
 
+# the spec, the rank file, and (since issue 39) the built tables
+FILES = ["first_stage.tiktoken", "hbpe_tokenizer.json", "hbpe_tokenizer_tables.bin", "hbpe_tokenizer_tables.json"]
+
 
 def _old_style(new: Path, dest: Path) -> Path:
     """A copy of an artifact as hbpe wrote it before the rename: the same bytes under tokenizer.json."""
@@ -21,7 +24,7 @@ def _old_style(new: Path, dest: Path) -> Path:
 
 
 def test_new_artifacts_name_the_spec_hbpe_tokenizer_json(gpt2_tokenizer_dir):
-    assert sorted(p.name for p in Path(gpt2_tokenizer_dir).iterdir()) == ["first_stage.tiktoken", "hbpe_tokenizer.json"]
+    assert sorted(p.name for p in Path(gpt2_tokenizer_dir).iterdir()) == FILES
 
 
 def test_an_old_artifact_loads_with_the_same_fingerprint_and_patches(gpt2_tokenizer_dir, tmp_path, sample_texts):
@@ -32,7 +35,7 @@ def test_an_old_artifact_loads_with_the_same_fingerprint_and_patches(gpt2_tokeni
         assert np.array_equal(old.encode_patches(text)[1], new.encode_patches(text)[1])
     # --overwrite treats an old artifact as a tokenizer directory, and writes the new name
     artifact.save(new, tmp_path / "old", overwrite=True)
-    assert sorted(p.name for p in (tmp_path / "old").iterdir()) == ["first_stage.tiktoken", "hbpe_tokenizer.json"]
+    assert sorted(p.name for p in (tmp_path / "old").iterdir()) == FILES
 
 
 def _tree(folder: Path) -> dict[str, str]:

@@ -38,7 +38,12 @@ def test_train_out_uri_uploads_the_artifact_and_refuses_a_second_without_overwri
     assert rc == 0, output
     assert f"-> {out}" in output
     assert os.listdir(in_tmp) == []  # nothing local (was ./s3:/BUCKET/tok)
-    assert object_store.list(out) == ["first_stage.tiktoken", "hbpe_tokenizer.json"]
+    assert object_store.list(out) == [
+        "first_stage.tiktoken",
+        "hbpe_tokenizer.json",
+        "hbpe_tokenizer_tables.bin",
+        "hbpe_tokenizer_tables.json",
+    ]
     assert artifact.load(out).max_patch_size == 8
 
     rc, output = _hbpe("tokenizer", "train", "--encoding", "gpt2", "-S", "6", "--out", out)
@@ -114,3 +119,21 @@ def test_stats_with_no_readable_document_is_an_error(object_store, in_tmp, gpt2_
     missing = f"{object_store.new_bucket()}/nope.jsonl"
     rc, output = _hbpe(*base, "--input", missing)
     assert rc == 2 and f"--input '{missing}' matches no file" in output and "internal error" not in output
+
+
+def test_tables_command_adds_the_tables_to_a_bucket_artifact_and_loading_reads_them(
+    object_store, in_tmp, gpt2_tokenizer, caplog
+):
+    out = f"{object_store.new_bucket()}/tok"
+    artifact.save(gpt2_tokenizer, out, with_tables=False)
+    assert object_store.list(out) == ["first_stage.tiktoken", "hbpe_tokenizer.json"]
+    rc, output = _hbpe("tokenizer", "tables", "--tokenizer", out)
+    assert rc == 0 and output.endswith(f"into {out}\n"), output
+    tables = ["hbpe_tokenizer_tables.bin", "hbpe_tokenizer_tables.json"]
+    assert object_store.list(out) == ["first_stage.tiktoken", "hbpe_tokenizer.json", *tables]
+    local = artifact.save(gpt2_tokenizer, in_tmp / "local")  # the same bytes as a local save's tables
+    assert [storage.read_bytes(f"{out}/{n}") for n in tables] == [(local / n).read_bytes() for n in tables]
+    with caplog.at_level("WARNING", logger="hbpe.pipeline.tokenizer.artifact"):
+        tok = artifact.load(out)
+    assert not [r for r in caplog.records if "no built tables" in r.getMessage()]  # read, not built
+    assert tok.fingerprint == gpt2_tokenizer.fingerprint and (tok.table == gpt2_tokenizer.table).all()

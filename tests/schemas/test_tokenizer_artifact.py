@@ -8,6 +8,7 @@ from hbpe.cli import main
 from hbpe.pipeline.tokenizer import artifact
 from hbpe.schemas.canonical import canonical_json, sha256_hex
 from hbpe.schemas.errors import ArtifactError
+from hbpe.schemas.tokenizer_tables import TABLES_FILENAMES
 from tests.helpers import make_special
 
 
@@ -98,6 +99,8 @@ def _edit_and_resign(artifact_dir, edit) -> None:
         content = {k: d[k] for k in ("format", "version", "first_stage", "second_stage") if k in d}
         d["fingerprint"] = sha256_hex(canonical_json(content))  # what TokenizerSpec.fingerprint hashes
     p.write_text(json.dumps(d))
+    for name in TABLES_FILENAMES:  # built for the old fingerprint: stale, refused first (test_tokenizer_tables.py)
+        (artifact_dir / name).unlink(missing_ok=True)
 
 
 def _set(block, key, value):

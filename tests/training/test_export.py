@@ -136,6 +136,8 @@ def test_an_export_takes_the_modes_the_umask_gives(tiny_run, tmp_path):
         "model/tokenizer": 0o775,
         "model/tokenizer/first_stage.tiktoken": 0o664,
         "model/tokenizer/hbpe_tokenizer.json": 0o664,
+        "model/tokenizer/hbpe_tokenizer_tables.bin": 0o664,
+        "model/tokenizer/hbpe_tokenizer_tables.json": 0o664,
         "model/model.safetensors": 0o664,
         "model/hbpe_model.json": 0o664,
     }

@@ -120,7 +120,9 @@ def test_the_generate_cache_holds_each_rows_states_as_the_row_alone(hf, sample_t
     enc = tok.pad({"input_ids": [row[:n] for row, n in zip(rows, done)]}, return_tensors="pt")
     assert (enc["attention_mask"][0] == 0).sum() == 40 - len(short)  # left padding: filler slots in the cache
     with torch.inference_mode():
-        cache = model.prepare_inputs_for_generation(enc["input_ids"])["past_key_values"]
+        # under the name this transformers' generate() uses (`cache` from 5.24 on, modeling_hbpe.CACHE_NAME)
+        cache_name = sys.modules[type(model).__module__].CACHE_NAME
+        cache = model.prepare_inputs_for_generation(enc["input_ids"])[cache_name]
         cache.step(enc["input_ids"], enc["attention_mask"])  # generate()'s first step: the marker, each prompt
         for step in ({0: 3, 1: 1}, {1: 1}, {0: 1, 1: 2}, {0: 2, 1: 1}):
             new = {b: [list(tok.token_patch(i)) for i in rows[b][done[b] : done[b] + k]] for b, k in step.items()}

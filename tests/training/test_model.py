@@ -1,5 +1,6 @@
 """Model-level checks: exact BPB for a known distribution, KV-cache generation parity, shard reuse."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -132,7 +133,9 @@ def test_greedy_generation_with_cache_equals_without(gpt2_tokenizer, conditionin
 
 def test_shard_reuse_rules(sample_shards, gpt2_tokenizer):
     manifest = read_manifest(str(sample_shards[0]))
-    assert check_compatible(manifest, gpt2_tokenizer, where="x") == PatchSource(derive=False)
+    assert check_compatible(manifest, gpt2_tokenizer, where="x") == PatchSource(derive=True)  # lean: no patches
+    stored = dataclasses.replace(manifest, columns=["num_bytes", "patches", "tokens"])  # --store-patches
+    assert check_compatible(stored, gpt2_tokenizer, where="x") == PatchSource(derive=False)
     s6 = artifact.with_patch_size(gpt2_tokenizer, max_patch_size=6, mode="minimal")
     assert check_compatible(manifest, s6, where="x") == PatchSource(derive=True)
     other = artifact.train_tokenizer("cl100k_base", max_patch_size=10)

@@ -38,6 +38,8 @@ SAVED = [  # what a run leaves in its save folder: Composer's checkpoint and poi
     "latest-rank0.pt.symlink",
     "tokenizer/first_stage.tiktoken",
     "tokenizer/hbpe_tokenizer.json",
+    "tokenizer/hbpe_tokenizer_tables.bin",
+    "tokenizer/hbpe_tokenizer_tables.json",
 ]
 
 
@@ -154,7 +156,7 @@ def eval_generate_and_export_from_the_bucket_equal_the_local_copy(store: BucketR
     export = f"{store.bucket}/export"
     summary = _json("export", "--checkpoint", remote_ckpt, "--out", export)
     assert summary["out"] == export and summary["parameters"] > 0
-    assert store.server.list(export) == ["hbpe_model.json", "model.safetensors", *SAVED[-2:]]
+    assert store.server.list(export) == ["hbpe_model.json", "model.safetensors", *SAVED[-4:]]
     assert json.loads(storage.read_bytes(f"{export}/hbpe_model.json"))["source"] == {"checkpoint": remote_ckpt}
     exported_eval = _json("eval", "--checkpoint", export, "--data", str(sample_shards[1]), *few)
     assert exported_eval["bpb"] == pytest.approx(local_eval["bpb"], abs=1e-6)

@@ -69,6 +69,13 @@ def test_bench_step_on_real_shards(sample_shards):
     assert res.exit_code == 0, res.output
     patch = json.loads(res.stdout)
     assert patch["io"] == "hierarchical" and patch["aten_ops"] > bpe["aten_ops"]
-    # today's packing decides its layout on the host (issue 37): the probe reports it rather than failing
+    # the length blocks decide their layout on the device, in the step: the probe reports it rather than failing
     assert patch["host_syncs"] > 0 and "nonzero" in patch["host_sync_kinds"]
     assert patch["graph_breaks"] is not None or "graph_breaks_failed" in patch
+    res = CliRunner().invoke(main, base)  # auto: what a GPU runs, the loader's tiles
+    assert res.exit_code == 0, res.output
+    tiles = json.loads(res.stdout)
+    assert tiles["packed_attention"] == "tiles" and tiles["host_syncs"] == 0 and tiles["loop_host_syncs"] == 0
+    assert tiles["graph_breaks"] == 0 and tiles["graphs"] == 1 and tiles["recompiles"] <= 1
+    assert abs(tiles["loss_compiled"] - tiles["loss_eager"]) <= 1e-5 * abs(tiles["loss_eager"])
+    assert tiles["aten_ops"] < patch["aten_ops"]  # one attention call per layer, no permutations

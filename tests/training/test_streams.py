@@ -65,7 +65,10 @@ def test_a_mix_shares_the_first_stage_and_seq_len(sample_shards):
     tok = load_shard_tokenizer(train)
     m = read_manifest(train)
     same = [StreamSpec(train, "/unused/a", manifest=m), StreamSpec(held, "/unused/b")]
-    assert stream_source(same, tok).derive is False  # both hold this tokenizer's patches: read them
+    assert stream_source(same, tok).derive is True  # lean shards (the default): patches derived from tokens
+    stored = [dataclasses.replace(read_manifest(s.remote), columns=["num_bytes", "patches", "tokens"]) for s in same]
+    with_patches = [dataclasses.replace(s, manifest=m) for s, m in zip(same, stored, strict=True)]
+    assert stream_source(with_patches, tok).derive is False  # both hold this tokenizer's patches: read them
     other_s = dataclasses.replace(m, tokenizer_fingerprint="f" * 64, max_patch_size=8)  # same first stage
     assert stream_source([same[1], StreamSpec(train, "/unused/a", manifest=other_s)], tok).derive is True
     other_bpe = dataclasses.replace(m, tokenizer_fingerprint="f" * 64, first_stage_fingerprint="e" * 64)

@@ -22,6 +22,7 @@ from hbpe.schemas import shard_columns
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.names import is_relative_object_name
 from hbpe.schemas.tokenizer_artifact import RANK_FILENAME, SPEC_FILENAMES
+from hbpe.schemas.tokenizer_tables import TABLES_FILENAMES
 from hbpe.schemas.train_config import ModelConfig, TrainConfig, nest_patching
 from hbpe.training.checkpoint.names import TOKENIZER_DIR
 from hbpe.training.checkpoint.run_files import RUN_FILE
@@ -425,7 +426,8 @@ def _hbpe_written(p: Path) -> set[str]:
     """The names hbpe (or Composer) writes inside a folder clear_previous_run deletes whole."""
 
     if p.name == TOKENIZER_DIR:
-        return {*SPEC_FILENAMES, RANK_FILENAME}  # what artifact.save writes (wrote) into a run's tokenizer/
+        # what artifact.save writes (wrote) into a run's tokenizer/
+        return {*SPEC_FILENAMES, RANK_FILENAME, *TABLES_FILENAMES}
     return {c.name for c in p.iterdir() if _DCP_FILE.fullmatch(c.name) and c.is_file()}  # a sharded checkpoint
 
 

@@ -1,7 +1,9 @@
 """Streaming shards from `hbpe convert` into batches for the model.
 
 The run's tokenizer is checked against the shards' manifest:
-- same fingerprint                      -> read the stored `patches`;
+- same fingerprint, `patches` stored    -> read the stored `patches` (`hbpe convert --store-patches`);
+- same fingerprint, lean shards         -> derive patches from `tokens` with the run's tokenizer,
+  the one the manifest names (the default layout: no `patches` column);
 - same first stage, another S or mode   -> derive patches from `tokens` with the run's
   tokenizer (how one set of shards serves many experiments);
 - another first stage                   -> a clear error.
@@ -18,6 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,6 +29,8 @@ from hbpe.pipeline import lock_file, storage
 from hbpe.pipeline.shards import mds_format
 from hbpe.pipeline.shards.reader import (  # read_manifest: the trainer imports it from here
     RESTORE,
+    columns_error,
+    columns_problem,
     damaged_error,
     read_file,
     read_manifest,
@@ -36,6 +41,7 @@ from hbpe.schemas import shard_columns
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.manifest import Manifest
 from hbpe.schemas.symbols import TOKEN_PAD
+from hbpe.training.data.batched_reads import BatchedReads
 from hbpe.training.data.schemes import Scheme, TokenScheme
 from hbpe.training.data.shared_memory import probes_closed
 
@@ -83,16 +89,14 @@ def check_shards(shards: str, cache_dir: str, *, hashes: bool = True, manifest: 
     manifest = manifest or read_manifest(shards)
     names = [e["zip_data"]["basename"] for e in index["shards"]]
     samples = sum(e["samples"] for e in index["shards"])
-    columns = shard_columns.mds_columns(manifest.seq_len, manifest.max_patch_size)
-    if (
-        names != manifest.shards
-        or samples != manifest.counts.samples
-        or any(dict(zip(e["column_names"], e["column_encodings"], strict=True)) != columns for e in index["shards"])
-    ):
+    if names != manifest.shards or samples != manifest.counts.samples:
         raise ArtifactError(
             f"{shards}: index.json ({len(names)} shards, {samples} samples) does not match manifest.json "
-            f"({len(manifest.shards)} shards, {manifest.counts.samples} samples, columns {columns}); {RESTORE}"
+            f"({len(manifest.shards)} shards, {manifest.counts.samples} samples); {RESTORE}"
         )
+    for e in index["shards"]:
+        if problem := columns_problem(e, manifest):
+            raise columns_error(shards, e, problem)
     shard_files = nbytes = 0
     if not storage.is_remote(shards):
         problems = shard_file_problems(Path(shards), index, hashes=hashes)
@@ -138,8 +142,9 @@ class PatchSource:
 
 
 def check_compatible(manifest: Manifest, tok: HierarchicalTokenizer, *, where: str) -> PatchSource:
+    """Where the run's patches come from: the stored column, only if the shards hold this tokenizer's."""
     if manifest.tokenizer_fingerprint == tok.fingerprint:
-        return PatchSource(derive=False)
+        return PatchSource(derive=not manifest.stores_patches)
     if manifest.first_stage_fingerprint == tok.spec.first_stage.fingerprint:
         return PatchSource(derive=True)
     raise ArtifactError(
@@ -150,7 +155,10 @@ def check_compatible(manifest: Manifest, tok: HierarchicalTokenizer, *, where: s
 
 
 class Collator:
-    """Samples -> the model's batch for its scheme (training/data/schemes.py), as long tensors.
+    """Samples -> the model's batch for its scheme (training/data/schemes.py), as tensors.
+
+    The id columns stay narrow up to the device (`narrow_dtypes`: int32 tokens, int16 patches where V' fits):
+    the model widens them there (training/model/patch_lm.py `long_ids`); the rest is int64.
 
     Every batch has `target_bytes` (B,): the UTF-8 bytes of the text the model predicts
     (tokens 2..N: the first token is context only), so BPB = bits / target_bytes exactly, the
@@ -171,9 +179,10 @@ class Collator:
         self.tok, self.source, self.where = tok, source, where
         self.scheme = scheme or TokenScheme(tok, source.derive)
         self.n_vocab = tok.encoding.max_token_value + 1
+        self.narrow = narrow_dtypes(tok.vocab_size)
 
     def __call__(self, samples: list[dict]) -> dict[str, torch.Tensor]:
-        tokens = np.stack([np.asarray(s["tokens"], dtype=np.int32) for s in samples])  # (B, N)
+        tokens = np.stack([s["tokens"] for s in samples]).astype(np.int32, copy=False)  # (B, N): one cast, not B
         lo, hi = int(tokens.min()), int(tokens.max())
         if lo < TOKEN_PAD or hi >= self.n_vocab:
             raise ArtifactError(
@@ -182,7 +191,7 @@ class Collator:
                 f"damaged or not from this first stage; run `hbpe shards verify --data {self.where}` and reconvert"
             )
         stored = None
-        if isinstance(self.scheme, TokenScheme) and not self.source.derive:
+        if isinstance(getattr(self.scheme, "inner", self.scheme), TokenScheme) and not self.source.derive:
             stored = np.stack([np.asarray(s["patches"]) for s in samples])  # (B, N, S)
             if int(stored.max()) >= self.tok.vocab_size:
                 raise ArtifactError(
@@ -190,9 +199,22 @@ class Collator:
                     f"V'={self.tok.vocab_size} symbols: the shards are damaged or were written with another second "
                     f"stage; run `hbpe shards verify --data {self.where}` and reconvert"
                 )
+        batch = self.scheme.batch(tokens, stored)
+        # a float is a count the loader made for the host (HostCounts: FLOPs, bytes): it stays off the device
         return {
-            k: torch.from_numpy(np.asarray(v).astype(np.int64)) for k, v in self.scheme.batch(tokens, stored).items()
+            k: v if isinstance(v, float) else torch.from_numpy(np.asarray(v).astype(self.narrow.get(k, np.int64)))
+            for k, v in batch.items()
         }
+
+
+def narrow_dtypes(vocab_size: int) -> dict[str, type]:
+    """The batch columns that travel narrow: `tokens` (ids -2..n_vocab - 1) as int32, `patches` (symbols below
+    V' = `vocab_size`; the byte schemes' 259 too) as int16 where V' fits, else int32.
+
+    >>> narrow_dtypes(470)["patches"], narrow_dtypes(40_000)["patches"]
+    (<class 'numpy.int16'>, <class 'numpy.int32'>)
+    """
+    return {"tokens": np.int32, "patches": np.int16 if vocab_size <= np.iinfo(np.int16).max + 1 else np.int32}
 
 
 _CHECKED_DATASET = None
@@ -206,12 +228,13 @@ def _checked_dataset_class() -> type:
     it logs the traceback and ends the epoch early, so training or eval silently runs on
     part of the data (measured: 35 of 152 batches with one flipped byte in shard 2 of 4).
     Here the failure is kept, named after its shard, and raised when iteration stops.
+    Samples are read a chunk at a time from memory maps of the cached shards (training/data/batched_reads.py).
     """
     global _CHECKED_DATASET
     if _CHECKED_DATASET is None:
         from streaming import StreamingDataset
 
-        class CheckedStreamingDataset(StreamingDataset):
+        class CheckedStreamingDataset(BatchedReads, StreamingDataset):
             def prepare_shard(self, shard_id: int, blocking: bool = True) -> None:
                 try:
                     super().prepare_shard(shard_id, blocking)
@@ -312,8 +335,9 @@ def stream_source(streams: Sequence[StreamSpec], tok: HierarchicalTokenizer) -> 
     """How the streams mixed into one batch become patches; refuses a mix that cannot share a batch.
 
     Every stream must hold samples, come from the run tokenizer's first stage and have the same
-    seq_len. One stream of another S or mode makes every stream derive its patches from `tokens`
-    (the same patches where a stream's stored ones match): a batch has one source.
+    seq_len. One stream of another S or mode, or of lean shards (no `patches` stored), makes every
+    stream derive its patches from `tokens` (the same patches where a stream's stored ones match):
+    a batch has one source.
     """
     derive = False
     first = streams[0].manifest or read_manifest(streams[0].remote)
@@ -367,6 +391,26 @@ def stop_downloads(loader: torch.utils.data.DataLoader) -> None:
     executor = getattr(dataset, "_executor", None)
     if executor is not None:
         executor.shutdown(wait=True)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """The DataLoader's processes. Each worker streams its own share of the samples (streaming partitions them by
+    rank and worker, the same for any count: the global order does not change with `num_workers`)."""
+
+    num_workers: int = 0
+    pin_memory: bool = False  # page-locked batches: the copy to a GPU runs asynchronously
+    persistent_workers: bool = False  # workers kept across epochs (and evaluations), not started again each time
+    prefetch_factor: int | None = None  # batches each worker prepares ahead (None: torch's 2)
+
+    def dataloader_kwargs(self) -> dict[str, Any]:
+        """torch.utils.data.DataLoader's arguments; the worker ones only with workers (torch refuses them without)."""
+        kwargs: dict[str, Any] = {"num_workers": self.num_workers, "pin_memory": self.pin_memory}
+        if self.num_workers > 0:
+            kwargs["persistent_workers"] = self.persistent_workers
+            if self.prefetch_factor is not None:
+                kwargs["prefetch_factor"] = self.prefetch_factor
+        return kwargs
 
 
 @dataclass(frozen=True)
@@ -425,7 +469,7 @@ def build_dataloader(
     cache_dir: str | None,
     shuffle: bool,
     shuffle_seed: int,
-    num_workers: int = 0,
+    workers: WorkerOptions | None = None,
     drop_last: bool = True,
     verify: str = "hash",
     manifest: Manifest | None = None,
@@ -441,6 +485,7 @@ def build_dataloader(
     cache, for every stream: `verify="hash"` (size and xxh64 of every file, ~1 ms per 10 MB
     from the page cache) or `"size"` (sizes only, for directories too large to read at every start).
     `scheme` builds the model's batches (training/data/schemes.py; default: the tokenizer's patches).
+    `workers`: the DataLoader's processes (default: none, batches made in this process).
     """
     options = options or StreamingOptions()
     plan = plan_dataloader(
@@ -451,8 +496,8 @@ def build_dataloader(
         ds,
         batch_size=batch_size,
         collate_fn=Collator(tok, plan.source, where=plan.where, scheme=scheme),
-        num_workers=num_workers,
         drop_last=drop_last,
+        **(workers or WorkerOptions()).dataloader_kwargs(),
     )
 
 

@@ -31,6 +31,7 @@ from hbpe.training.data.byte_patching import (
     space_starts,
     to_patches,
 )
+from hbpe.training.data.tile_layout import tile_batch, tile_width
 from hbpe.training.schemes.registry import scheme_spec
 
 
@@ -128,3 +129,52 @@ class BytePatchScheme:
 def build_scheme(cfg: ModelConfig, tok, *, derive: bool, entropy_model: object | None = None) -> Scheme:
     """The batch builder of `cfg.io`'s scheme (`entropy_model`: an EntropyModel already loaded, e.g. by the trainer)."""
     return scheme_spec(cfg).batches(cfg, tok, derive=derive, entropy=entropy_model)
+
+
+# the longest tile (training/model/tiles.py) `auto` lays out: a tile's W x W attention scores per row grow with W,
+# and byte patches of up to 1,025 bytes would make every tile that wide; longer patches keep the blocks path
+AUTO_TILE_WIDTH = 64
+
+
+def tiles_apply(cfg: ModelConfig, *, device: str, symbols_per_patch: int | None = None) -> bool:
+    """Whether the loader lays out the packing (training/model/tiles.py) for a model of `cfg` on `device`.
+
+    `packed_attention: tiles` always; `auto` on an accelerator (on CPU the native kernel is faster and has no
+    device to wait for) with patches of at most AUTO_TILE_WIDTH symbols; never for padded local models or the
+    schemes without them.
+    """
+    if scheme_spec(cfg).embedding or cfg.local_layout != "packed":
+        return False
+    if cfg.packed_attention == "tiles":
+        return True
+    narrow = symbols_per_patch is None or tile_width(symbols_per_patch) <= AUTO_TILE_WIDTH
+    return cfg.packed_attention == "auto" and device not in ("cpu", "auto") and narrow
+
+
+def symbols_per_patch(cfg: ModelConfig, tok) -> int | None:
+    """S of the patches a model of `cfg` reads (the tokenizer's, or a byte scheme's longest), None without patches."""
+    spec = scheme_spec(cfg)
+    if spec.embedding:
+        return None
+    return spec.symbols_per_patch(cfg) if spec.byte_patches else tok.max_patch_size
+
+
+@dataclass
+class TiledScheme:
+    """A scheme's batches plus the loader's packing of their patches (training/model/tiles.py), computed here in
+    the loader's worker so that the step reads fixed-size indices and never waits for the device.
+
+    `group`: samples per layout, the device microbatch (Composer splits a batch by samples); None: the batch.
+    """
+
+    inner: Scheme
+    group: int | None = None
+
+    def batch(self, tokens: np.ndarray, stored_patches: np.ndarray | None) -> dict[str, np.ndarray]:
+        out = self.inner.batch(tokens, stored_patches)
+        return {**out, **tile_batch(out["patches"], out["first_target"], group=self.group)}
+
+    def __getattr__(self, name: str) -> object:  # the inner scheme's counters (forced_splits) and settings
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)

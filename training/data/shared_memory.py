@@ -44,6 +44,9 @@ def release(dataset: Any) -> int:
     """Close (and, where this process created it, unlink) every shared-memory segment of a StreamingDataset that
     is done, and drop its atexit entry -> how many. Idempotent; the dataset must not be iterated again."""
     released = 0
+    close_maps = getattr(dataset, "close_maps", None)
+    if close_maps is not None:  # its shards' memory maps too (training/data/batched_reads.py): a descriptor each
+        close_maps()
     for value in list(vars(dataset).values()):
         for shm in _segments(value):
             shm.cleanup()  # created: close + unlink; attached: close

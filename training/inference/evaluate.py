@@ -13,6 +13,7 @@ from hbpe.pipeline.progress_line import ProgressLine, rate
 from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.training.checkpoint.load import load_model, scheme_for
 from hbpe.training.data.loader import build_dataloader, check_compatible, read_manifest, stop_downloads
+from hbpe.training.data.schemes import TiledScheme, symbols_per_patch, tiles_apply
 from hbpe.training.data.shared_memory import release as release_shared_memory
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
 from hbpe.training.schemes.registry import scheme_spec
@@ -87,6 +88,8 @@ def evaluate(
     manifest = read_manifest(data)
     # the model's own scheme (bytes, space, entropy patches, ... from the same `tokens` column)
     scheme = scheme_for(model.cfg, tok, derive=check_compatible(manifest, tok, where=data).derive)
+    if tiles_apply(model.cfg, device=device.type, symbols_per_patch=symbols_per_patch(model.cfg, tok)):
+        scheme = TiledScheme(scheme)  # on a GPU the loader lays out the packing: no host sync per batch
     with tempfile.TemporaryDirectory(prefix="hbpe-eval-") as cache:
         dl = build_dataloader(
             data,

@@ -12,6 +12,7 @@ from torch import nn
 
 from hbpe.training.model.packing import PatchPacking
 from hbpe.training.model.patch_attention import native_applies, patch_attention
+from hbpe.training.model.tiles import TileRows
 
 
 class RMSNorm(nn.Module):
@@ -53,6 +54,22 @@ def rotate_rows(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(pairs * rotation).flatten(-2).type_as(x)  # (N, H, Dh)
 
 
+def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """`rope` of rows x (..., Dh) by tables cos, sin (..., Dh/2) in x's dtype: real products, no complex temporary
+    and no fp32 copy of x (the tiles path: bf16 stays bf16 under autocast)."""
+    a, b = x.unflatten(-1, (-1, 2)).unbind(-1)  # (..., Dh/2) each: the channel pairs (x1, x2)
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+
+
+class TileAttention:
+    """What every layer of one local stack shares over the loader's tiles: the mask and RoPE's tables, once."""
+
+    def __init__(self, rows: TileRows, *, causal: bool, head_dim: int, theta: float, dtype: torch.dtype) -> None:
+        self.width = rows.width
+        self.mask = rows.mask(causal=causal)  # (tiles, 1, W, W)
+        self.cos, self.sin = rows.rope_tables(head_dim, theta, dtype)  # (R, 1, Dh/2) each
+
+
 class KVCache:
     """Keys and values of past positions for each layer of one transformer.
 
@@ -85,7 +102,10 @@ class Attention(nn.Module):
         layer: int = 0,
         packing: PatchPacking | None = None,
         native: bool = False,
+        tiles: TileAttention | None = None,
     ) -> torch.Tensor:
+        if tiles is not None:
+            return self._tiles(x, tiles)
         if packing is not None and native:  # rows in row-major order, one kernel call (patch_attention.py)
             y = patch_attention(self.qkv(x), packing, heads=self.heads, theta=self.theta, causal=causal)
             return self.out(y)
@@ -141,6 +161,20 @@ class Attention(nn.Module):
         y = torch.cat(blocks) if blocks else v.reshape(N, D)  # (N, D); no rows: an empty batch of them
         return self.out(y)
 
+    def _tiles(self, x: torch.Tensor, tiles: TileAttention) -> torch.Tensor:
+        """Rows x (R, D) in the loader's tiles (training/model/tiles.py) -> (R, D): one masked SDPA call over
+        (tiles, H, W, Dh), each row attending within its own patch (the mask: causal or not, empty rows to
+        themselves). Static shapes, no host sync: the same call for every batch of a bucket's size."""
+        R, D = x.shape
+        H, Dh, W = self.heads, D // self.heads, tiles.width
+        qk, v = self.qkv(x).view(R, 3, H, Dh).split([2, 1], dim=1)  # (R, 2, H, Dh), (R, 1, H, Dh)
+        qk = rotate_pairs(qk.reshape(R, 2 * H, Dh), tiles.cos, tiles.sin)  # (R, 2H, Dh)
+        q, k = qk.view(-1, W, 2, H, Dh).permute(2, 0, 3, 1, 4)  # 2 x (tiles, H, W, Dh)
+        v = v.view(-1, W, H, Dh).transpose(1, 2)  # (tiles, H, W, Dh)
+        drop = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=tiles.mask, dropout_p=drop)  # (tiles, H, W, Dh)
+        return self.out(y.transpose(1, 2).reshape(R, D))
+
 
 class SwiGLU(nn.Module):
     def __init__(self, dim: int, hidden: int) -> None:
@@ -172,9 +206,13 @@ class Block(nn.Module):
         layer: int = 0,
         packing: PatchPacking | None = None,
         native: bool = False,
+        tiles: TileAttention | None = None,
     ) -> torch.Tensor:
         h = self.norm1(x)
-        x = x + self.attn(h, causal=causal, key_mask=key_mask, cache=cache, layer=layer, packing=packing, native=native)
+        attn = self.attn(
+            h, causal=causal, key_mask=key_mask, cache=cache, layer=layer, packing=packing, native=native, tiles=tiles
+        )
+        x = x + attn
         return x + self.mlp(self.norm2(x))
 
 
@@ -191,7 +229,7 @@ class Transformer(nn.Module):
         packed_attention: str = "auto",
     ) -> None:
         super().__init__()
-        self.heads, self.dropout, self.packed_attention = heads, dropout, packed_attention
+        self.heads, self.dropout, self.packed_attention, self.theta = heads, dropout, packed_attention, theta
         self.blocks = nn.ModuleList(Block(dim, ffn, heads, theta, dropout) for _ in range(layers))
         self.norm = RMSNorm(dim)
 
@@ -203,8 +241,12 @@ class Transformer(nn.Module):
         key_mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
         packing: PatchPacking | None = None,
+        tiles: TileRows | None = None,
     ) -> torch.Tensor:
-        """x (B, L, D), or with `packing` the real positions of M patches as rows (N, D) (training/model/packing.py)."""
+        """x (B, L, D), or with `packing` the real positions of M patches as rows (N, D) (training/model/packing.py),
+        or with `tiles` the rows of the loader's tiles (R, D) (training/model/tiles.py)."""
+        if tiles is not None:
+            return self._tiled(x, tiles, causal=causal)
         native = packing is not None and native_applies(
             x,
             packing,
@@ -221,4 +263,12 @@ class Transformer(nn.Module):
             cache.length += x.shape[1]  # every layer of this pass used the same start position
         if blocks:
             x = x.index_select(0, packing.inverse)
+        return self.norm(x)
+
+    def _tiled(self, x: torch.Tensor, rows: TileRows, *, causal: bool) -> torch.Tensor:
+        device = x.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+        shared = TileAttention(rows, causal=causal, head_dim=x.shape[-1] // self.heads, theta=self.theta, dtype=dtype)
+        for block in self.blocks:
+            x = block(x, causal=causal, tiles=shared)
         return self.norm(x)

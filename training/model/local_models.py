@@ -19,6 +19,7 @@ from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.model.hash_ngrams import HashNgramEmbedding
 from hbpe.training.model.layers import KVCache, Transformer
 from hbpe.training.model.packing import PatchPacking
+from hbpe.training.model.tiles import TileRows
 from hbpe.training.schemes.registry import scheme_spec
 
 
@@ -74,6 +75,27 @@ class LocalEncoder(nn.Module):
         else:
             last = real.sum(1).clamp_min(1) - 1  # (M,) index of the last real symbol
             pooled = x[torch.arange(B * T, device=x.device), last]  # (M, d)
+        return self.to_latent(pooled).view(B, T, -1)  # (B, T, D)
+
+    def forward_tiles(self, patches: torch.Tensor, rows: TileRows, last: torch.Tensor) -> torch.Tensor:
+        """`forward` on the loader's tiles (training/model/tiles.py): rows (R,) hold each patch's kept positions
+        (its real symbols, at least its first), `last` (M,) the row of each patch's last one. The same e as
+        `_forward_packed`, with static shapes: empty rows pool with weight 0 and are never anyone's last."""
+        B, T, S = patches.shape
+        flat = patches.reshape(-1)  # (M * S,)
+        symbols = flat.index_select(0, rows.src)  # (R,)
+        x = self.embed(symbols)  # (R, d)
+        if self.hash_ngrams is not None:
+            x = x + self.hash_ngrams.rows(patches, rows.src)  # (R, d): + sum_n H_n[hash_n]
+        x = self.transformer(x, causal=False, tiles=rows)  # (R, d)
+        M = B * T
+        if self.pooling == "mean":
+            w = ((symbols != PAD) & rows.real).unsqueeze(-1).to(x.dtype)  # (R, 1): real symbols only
+            sums = x.new_zeros(M, x.shape[-1]).index_add_(0, rows.patch, x * w)  # (M, d)
+            counts = (patches.reshape(M, S) != PAD).sum(1, keepdim=True)  # (M, 1)
+            pooled = sums / counts.to(x.dtype).clamp_min(1.0)  # (M, d)
+        else:
+            pooled = x.index_select(0, last)  # (M, d)
         return self.to_latent(pooled).view(B, T, -1)  # (B, T, D)
 
     def _forward_packed(self, patches: torch.Tensor) -> torch.Tensor:
@@ -155,6 +177,19 @@ class LocalDecoder(nn.Module):
         else:
             x = torch.where(first, self.start.expand_as(emb), emb) + c  # (N, d)
         return self.head(self.transformer(x, causal=True, packing=packing))  # (N, V)
+
+    def forward_tiles(self, h: torch.Tensor, patches: torch.Tensor, rows: TileRows) -> torch.Tensor:
+        """`forward_packed` on the loader's tiles (training/model/tiles.py): logits (R, V), row i predicting symbol
+        rows.col[i] of patch rows.patch[i]; an empty row's logits are computed and never scored."""
+        c = self.from_latent(h).index_select(0, rows.patch)  # (R, d): h_t of each row's patch
+        prev = patches.reshape(-1).index_select(0, (rows.src - 1).clamp_min(0))  # (R,) symbol s - 1
+        first = (rows.col == 0).unsqueeze(-1)  # (R, 1)
+        emb = self.embed(prev)  # (R, d)
+        if self.conditioning == "prefix":
+            x = torch.where(first, c, emb)  # (R, d)
+        else:
+            x = torch.where(first, self.start.expand_as(emb), emb) + c  # (R, d)
+        return self.head(self.transformer(x, causal=True, tiles=rows))  # (R, V)
 
     def symbol_logits(self, h: torch.Tensor, prefix: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         """Logits (M, V) of the next symbol of the patch after h (M, D), given its first k symbols (M, k).

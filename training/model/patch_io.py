@@ -21,6 +21,7 @@ from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.model.layers import KVCache
 from hbpe.training.model.local_models import LocalDecoder, LocalEncoder
 from hbpe.training.model.packing import PatchPacking
+from hbpe.training.model.tiles import DEC_TILES, ENC_LAST, ENC_TILES, TileRows, has_tiles, local_tile_index
 
 IGNORE = -100
 
@@ -64,14 +65,28 @@ class HierarchicalPatchIO(PatchIO):
         """e_t = g_phi(patch_t): (B, T, S) symbols -> (B, T, D_latent)."""
         return self.encoder(patches)
 
+    def tiled(self, batch: dict[str, torch.Tensor]) -> bool:
+        """Whether this batch runs on the loader's tiles (training/model/tiles.py): the loader laid them out and
+        `model.packed_attention` is not `blocks` (generation and scoring build batches without them)."""
+        return self.decoder.packed and self.cfg.packed_attention != "blocks" and has_tiles(batch)
+
     def encode(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.encoder(batch["patches"][:, :-1])  # (B, T, D): patches 1..T
+        patches = batch["patches"][:, :-1]  # (B, T, S): patches 1..T
+        if self.tiled(batch):
+            rows = TileRows.from_batch(batch, ENC_TILES, max_patch_size=patches.shape[-1])
+            return self.encoder.forward_tiles(patches, rows, local_tile_index(batch, ENC_LAST))
+        return self.encoder(patches)  # (B, T, D)
 
     def decode(self, h: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         targets = batch["patches"][:, 1:]  # (B, T, S): patch t+1 predicted from h_t
         B, T, S = targets.shape
         tgt = targets.reshape(B * T, S)  # (BT, S)
         context = context_targets(batch, B, T).reshape(B * T, 1)  # (BT, 1)
+        if self.tiled(batch):  # rows in the loader's tiles: (R, V) logits, IGNORE at empty rows and context
+            rows = TileRows.from_batch(batch, DEC_TILES, max_patch_size=S)
+            logits = self.decoder.forward_tiles(h.reshape(B * T, -1), tgt, rows)  # (R, V)
+            scored = rows.real & ~context.reshape(-1).index_select(0, rows.patch)  # (R,)
+            return logits, tgt.reshape(-1).index_select(0, rows.src).masked_fill(~scored, IGNORE)
         if self.decoder.packed:  # only the real symbols: N rows, the padded rows' order with PAD left out
             packing = PatchPacking.from_real(tgt != PAD)
             logits = self.decoder.forward_packed(h.reshape(B * T, -1), tgt, packing)  # (N, V)

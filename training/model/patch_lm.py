@@ -62,6 +62,19 @@ class VocabSpec:
             ) from None
 
 
+def long_ids(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The batch with its id columns as int64, what embeddings and cross_entropy index with.
+
+    The loader keeps them narrow (patches int16, tokens int32: a quarter and a half of the bytes to
+    pin and copy to the device) and they widen here, on the device.
+    """
+    # a float is one of the loader's host counts (training/data/schemes.py HostCounts), not a column
+    return {
+        k: v.long() if isinstance(v, torch.Tensor) and v.dtype in (torch.int16, torch.int32) else v
+        for k, v in batch.items()
+    }
+
+
 class PatchLM(nn.Module):
     def __init__(self, cfg: ModelConfig, io: PatchIO) -> None:
         super().__init__()
@@ -79,6 +92,7 @@ class PatchLM(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (logits (M, V), targets (M,)) for every prediction in the batch."""
+        batch = long_ids(batch)
         self._check_batch(batch)
         e = self.io.encode(batch)  # (B, T, D): e_t = g_phi(patch_t)
         h = self.latent(e, causal=True)  # (B, T, D): h_t = f_theta(e_<=t)

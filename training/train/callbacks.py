@@ -10,6 +10,7 @@ from composer import Callback, Logger, State
 
 from hbpe.pipeline.progress_line import ProgressLine, progress_interval, rate
 from hbpe.training.checkpoint.save_folder import earlier_checkpoints
+from hbpe.training.train.host_counts import HOST_BYTES, HOST_TEXT_POSITIONS
 
 
 class ThroughputMeter(Callback):
@@ -27,7 +28,10 @@ class ThroughputMeter(Callback):
         dt = time.perf_counter() - (self._t0 or time.perf_counter())
         b = state.batch
         # predicted text positions: tokens, bytes or byte patches by scheme (training/data/schemes.py)
-        nbytes, npatches = int(b["target_bytes"].sum()), int(b["text_positions"].sum())
+        if HOST_BYTES in b:  # counted by the loader (HostCounts): no host sync
+            nbytes, npatches = int(b[HOST_BYTES]), int(b[HOST_TEXT_POSITIONS])
+        else:
+            nbytes, npatches = int(b["target_bytes"].sum()), int(b["text_positions"].sum())
         if self.batches > 0:  # the first batch pays warm-up costs
             flops = batch_flops(state)
             self.seconds += dt
@@ -109,7 +113,7 @@ class TrainProgress(Callback):
         out = {}
         loss = state.loss
         if hasattr(loss, "item"):  # a tensor (Composer keeps a dict or tuple for some models: then no loss shown)
-            out["loss"] = f"{float(loss):.3f}"
+            out["loss"] = f"{float(loss.detach()):.3f}"  # detached: torch 2.15 warns on float() of a grad tensor
         bpb = state.train_metrics.get("BitsPerByte") if state.train_metrics else None
         if bpb is not None:
             out["BPB"] = f"{float(bpb.compute()):.3f}"

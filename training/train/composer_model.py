@@ -12,6 +12,7 @@ from hbpe.training.model.flops import batch_train_flops
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
 from hbpe.training.model.patch_lm import PatchLM
 from hbpe.training.schemes.registry import scheme_spec
+from hbpe.training.train.host_counts import HOST_FLOPS
 from hbpe.training.train.metrics import BitsPerByte, LossPerSymbol
 
 
@@ -26,12 +27,14 @@ class HierarchicalComposerModel(ComposerModel):
         self.model = model
         self.max_patch_size = max_patch_size
         self.loss_normalization = loss_normalization
+        # the summed NLL of the logits (compile: true compiles it, training/train/compile_blocks.py)
+        self.nll_sum = cross_entropy_sum
         self.train_metrics = {"BitsPerByte": BitsPerByte(), "LossPerSymbol": LossPerSymbol()}
         self.eval_metrics = {"BitsPerByte": BitsPerByte(), "LossPerSymbol": LossPerSymbol()}
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         logits, targets = self.model(batch)
-        nll = cross_entropy_sum(logits, targets)
+        nll = self.nll_sum(logits, targets)
         return {"nll_sum": nll, "count": (targets != IGNORE).sum()}
 
     def loss(self, outputs: dict[str, torch.Tensor], batch: Any) -> torch.Tensor:
@@ -62,6 +65,8 @@ class HierarchicalComposerModel(ComposerModel):
         From the batch itself: the byte schemes' latent length and patch width vary by batch, and the
         packed local models' work by the real symbols of its patches (training/model/flops.py).
         """
+        if HOST_FLOPS["executed"] in batch:  # counted by the loader (HostCounts): no host sync
+            return {part: batch[key] for part, key in HOST_FLOPS.items()}
         x = scheme_spec(self.model.cfg).latent_input(batch)
         # asked up to three times per batch (SpeedMonitor, the throughput meter, an experiment's curve): counted once,
         # since counting the real symbols reads the whole batch (and syncs with a GPU)

@@ -25,9 +25,10 @@ class _NllRatio(Metric):
         self.denominator += denominator.detach().sum().to(torch.long)
 
     def compute(self) -> torch.Tensor:
-        if int(self.denominator) == 0:  # nothing was predicted: say so rather than report 0
-            return torch.tensor(float("nan"), dtype=torch.float64)
-        return self.scale * self.nll_nats / self.denominator
+        # nothing predicted: NaN, not 0. Chosen on the device, not with an `if` on the count: Composer computes
+        # the train metrics after every batch, and reading the count would make the host wait for the step
+        ratio = self.scale * self.nll_nats / self.denominator.clamp_min(1)
+        return torch.where(self.denominator > 0, ratio, torch.full_like(ratio, float("nan")))
 
 
 class BitsPerByte(_NllRatio):

@@ -27,14 +27,23 @@ from hbpe.training.checkpoint.save_folder import (  # re-exported: the save-fold
     spans_duration,
 )
 from hbpe.training.data.loader import epoch_samples, read_manifest
+from hbpe.training.data.schemes import tiles_apply
 from hbpe.training.data.shared_memory import release as release_shared_memory
 from hbpe.training.data.stream_cache import release as release_cache
-from hbpe.training.data.streams import build_dataloaders, cache_root, claim_cache, local_root, train_streams
+from hbpe.training.data.streams import (
+    build_dataloaders,
+    cache_root,
+    claim_cache,
+    local_root,
+    train_streams,
+)
 from hbpe.training.model.devices import composer_device
 from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
 from hbpe.training.train.calibration import resolve_entropy_threshold, resolve_tokenizer
 from hbpe.training.train.callbacks import KeepNewestCheckpoints, ThroughputMeter, TrainProgress
+from hbpe.training.train.compile_blocks import compile_blocks, compile_loss
 from hbpe.training.train.composer_model import HierarchicalComposerModel
+from hbpe.training.train.host_counts import count_on_host
 from hbpe.training.train.launch_command import rendezvous_marked
 from hbpe.training.train.loggers import build_callbacks, build_loggers
 from hbpe.training.train.metrics_file import METRICS_FILE, MetricsFile
@@ -191,7 +200,20 @@ def _model(cfg: TrainConfig, tok: HierarchicalTokenizer) -> tuple[PatchLM, Any]:
     cmodel = HierarchicalComposerModel(
         model, max_patch_size=tok.max_patch_size, loss_normalization=cfg.optim.loss_normalization
     )
+    if cfg.compile:  # HBPE_COMPILE_BACKEND: another dynamo backend (the tests' aot_eager builds no C++)
+        backend = os.environ.get("HBPE_COMPILE_BACKEND", "inductor")
+        compile_blocks(model, backend=backend)
+        compile_loss(cmodel, backend=backend)
     return model, cmodel
+
+
+def _with_host_counts(loader: Any) -> Any:
+    """The train loader as Composer's DataSpec, counting a batch's samples by its `first_target` rows: its batches
+    carry the loader's host counts as plain floats (training/data/schemes.py HostCounts), which Composer's
+    default count refuses (it broadcasts them to every microbatch, and leaves them on the host)."""
+    from composer.core import DataSpec
+
+    return DataSpec(loader, get_num_samples_in_batch=lambda batch: int(batch["first_target"].shape[0]))
 
 
 def _precision(cfg: TrainConfig, device: str) -> str:
@@ -217,8 +239,10 @@ def _trainer_kwargs(
     from composer.loggers import FileLogger
 
     micro = cfg.device_microbatch_size
-    if micro == "auto" and device != "gpu":
-        micro = device_batch  # Composer's auto microbatching needs CUDA OOM signals
+    if micro == "auto" and (device != "gpu" or tiles_apply(cfg.model, device=device)):
+        # Composer's auto microbatching needs CUDA OOM signals; and it would split the loader's tiles
+        # (training/model/tiles.py), laid out per microbatch before Composer could choose one
+        micro = device_batch
     all_loggers = list(loggers)
     if cfg.log_file and save_enabled:
         log_path = log_file_path(cfg)
@@ -405,28 +429,39 @@ def _trainer(
         device_batch=plan.device_batch,
         eval_enabled=eval_enabled,
         entropy_model=plan.entropy_model,
+        device=plan.device,
     )
-    model, cmodel = _model(cfg, plan.tok)
-    optimizer, scheduler = build_optimizer(cmodel, cfg.optim), build_scheduler(cfg.optim)
-    guard_checkpoint_loading(cfg, resume_from=plan.resume_from)
-    trainer = _without_a_credentials_object_at_the_bucket_root(Trainer)(
-        model=cmodel,
-        train_dataloader=train_dl,
-        eval_dataloader=eval_dl,
-        eval_interval=cfg.eval_interval if eval_dl is not None else 0,
-        eval_subset_num_batches=cfg.eval_subset_num_batches,
-        optimizers=optimizer,
-        schedulers=scheduler,
-        **_trainer_kwargs(
-            cfg,
-            device=plan.device,
-            device_batch=plan.device_batch,
-            callbacks=callbacks,
-            loggers=loggers,
-            save_enabled=save_enabled,
-            resume_from=plan.resume_from,
-        ),
-    )
+    try:
+        model, cmodel = _model(cfg, plan.tok)
+        count_on_host(train_dl, cfg.model, vocab_size=model.io.vocab_size)
+        optimizer, scheduler = build_optimizer(cmodel, cfg.optim), build_scheduler(cfg.optim)
+        guard_checkpoint_loading(cfg, resume_from=plan.resume_from)
+        trainer = _without_a_credentials_object_at_the_bucket_root(Trainer)(
+            model=cmodel,
+            train_dataloader=_with_host_counts(train_dl),
+            eval_dataloader=eval_dl,
+            eval_interval=cfg.eval_interval if eval_dl is not None else 0,
+            eval_subset_num_batches=cfg.eval_subset_num_batches,
+            optimizers=optimizer,
+            schedulers=scheduler,
+            **_trainer_kwargs(
+                cfg,
+                device=plan.device,
+                device_batch=plan.device_batch,
+                callbacks=callbacks,
+                loggers=loggers,
+                save_enabled=save_enabled,
+                resume_from=plan.resume_from,
+            ),
+        )
+    except BaseException:
+        # a refusal after the loaders exist (a bad load_path, an fsdp block): their streaming datasets hold shared
+        # memory named after the cache folder, and a corrected rerun in this process would be refused as
+        # "Reused local directory" until the garbage collector happened to find them
+        for loader in (train_dl, eval_dl):
+            if loader is not None:
+                release_shared_memory(getattr(loader, "dataset", loader))
+        raise
     return trainer, model
 
 
