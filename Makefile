@@ -25,7 +25,7 @@ ifneq ($(wildcard $(SHARED_CACHE)),)
 export TIKTOKEN_CACHE_DIR ?= $(SHARED_CACHE)
 endif
 
-.PHONY: demo test test-fast test-current lint install clean api-docs lock-current
+.PHONY: demo test test-fast test-current python-current lint install clean api-docs lock-current
 
 .venv/.hbpe-installed: pyproject.toml constraints.txt $(EXTENSIONS)
 	$(PYTHON) -m venv .venv
@@ -94,6 +94,10 @@ TEST_CURRENT := \
 	tests/pipeline/test_object_stores.py::test_convert_from_and_into_a_bucket_resumes_to_the_local_bytes \
 	tests/training/test_object_stores.py::test_training_and_everything_after_it_in_a_bucket \
 	tests/training/test_bucket_autoresume.py
+# the Python 3.12 the current stack would use (empty: none on this machine); .ci/run asks before the tier
+python-current:
+	@echo "$(PYTHON_CURRENT)"
+
 test-current:
 	$(MAKE) STACK=current install
 	HBPE_STRICT_SKIPS=1 .venv-current/bin/python -m pytest -q -n 2 --dist worksteal --durations=10 $(TEST_CURRENT)
