@@ -64,3 +64,9 @@ def test_decay_embeddings_decays_every_matrix_heads_and_tables_included(io):
     assert {id(p) for p in opt.param_groups[0]["params"]} == matrices and opt.param_groups[0]["weight_decay"] == 0.1
     if io == "bpe":  # the tied table is BPE's output head: decayed, once
         assert model.io.head.weight is model.io.embed.weight and id(model.io.embed.weight) in embedding
+
+
+def test_adamw_is_fused_on_a_gpu_and_torchs_default_on_cpu():
+    model = torch.nn.Linear(4, 4)
+    assert build_optimizer(model, OptimConfig(), device="gpu").defaults["fused"] is True  # stepped after the move
+    assert build_optimizer(model, OptimConfig(), device="cpu").defaults["fused"] is None

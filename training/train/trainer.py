@@ -434,7 +434,7 @@ def _trainer(
     try:
         model, cmodel = _model(cfg, plan.tok)
         count_on_host(train_dl, cfg.model, vocab_size=model.io.vocab_size)
-        optimizer, scheduler = build_optimizer(cmodel, cfg.optim), build_scheduler(cfg.optim)
+        optimizer, scheduler = build_optimizer(cmodel, cfg.optim, device=plan.device), build_scheduler(cfg.optim)
         guard_checkpoint_loading(cfg, resume_from=plan.resume_from)
         trainer = _without_a_credentials_object_at_the_bucket_root(Trainer)(
             model=cmodel,
