@@ -291,7 +291,9 @@ def test_loader_workers_default_to_the_gpu_and_keep_what_the_config_says(sample_
     from hbpe.training.train.config_io import load_config
 
     def cfg(*extra: str):
-        return load_config("tiny", [f"data.train={sample_shards[0]}", f"save_folder={tmp_path}", *extra])
+        # data.eval given: tiny's default (runs/demo/shards-eval) exists only after `make demo`, not on a fresh clone
+        shards = [f"data.train={sample_shards[0]}", f"data.eval={sample_shards[1]}"]
+        return load_config("tiny", [*shards, f"save_folder={tmp_path}", *extra])
 
     cpus = default_workers(len(os.sched_getaffinity(0)), 1, on_gpu=True)
     assert loader_workers(cfg(), device="gpu") == WorkerOptions(cpus, pin_memory=True, persistent_workers=True)
