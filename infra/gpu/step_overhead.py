@@ -18,20 +18,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: import hbpe from the tree
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its neighbour packed_and_ladder.py
+
+from packed_and_ladder import MINI  # noqa: E402 (the crossover mini; beside this script, no omegaconf needed)
 
 # dense bf16 peaks (NVIDIA's datasheets, SXM): MFU's denominator by the card's name
 PEAKS = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}
-MINI = dict(
-    latent_layers=4,
-    latent_dim=96,
-    latent_ffn=256,
-    latent_heads=4,
-    local_dim=64,
-    local_ffn=128,
-    local_heads=4,
-    encoder_layers=3,
-    decoder_layers=3,
-)  # fmt: skip  (hbpe/experiments/presets.py MINI)
 # (name, size, model overrides): the order is the priority when the budget runs out
 VARIANTS = [
     ("tiles", dict(packed_attention="tiles")),  # what auto takes on a GPU

@@ -168,27 +168,27 @@ class LocalDecoder(nn.Module):
         Position s reads h and symbols < s, so position 0 is the conditioning input and position s > 0
         the embedding of symbol s - 1 of the same patch.
         """
-        c = self.from_latent(h).index_select(0, packing.patch)  # (N, d): h_t of each row's patch
-        prev = patches.reshape(-1).index_select(0, (packing.rows - 1).clamp_min(0))  # (N,) symbol s - 1
-        first = (packing.col == 0).unsqueeze(-1)  # (N, 1)
-        emb = self.embed(prev)  # (N, d)
-        if self.conditioning == "prefix":
-            x = torch.where(first, c, emb)  # (N, d)
-        else:
-            x = torch.where(first, self.start.expand_as(emb), emb) + c  # (N, d)
+        x = self._row_inputs(h, patches, packing.patch, packing.rows, packing.col)  # (N, d)
         return self.head(self.transformer(x, causal=True, packing=packing))  # (N, V)
+
+    def _row_inputs(
+        self, h: torch.Tensor, patches: torch.Tensor, patch: torch.Tensor, flat: torch.Tensor, col: torch.Tensor
+    ) -> torch.Tensor:
+        """The decoder's input at rows predicting symbol col of patch `patch` (flat index `flat` = patch * S + col
+        into `patches` (M, S)): position 0 is h_t (prefix; add: the start vector + h_t), position s > 0 the
+        embedding of symbol s - 1 of the same patch (+ h_t under add) -> (rows, d)."""
+        c = self.from_latent(h).index_select(0, patch)  # (rows, d): h_t of each row's patch
+        prev = patches.reshape(-1).index_select(0, (flat - 1).clamp_min(0))  # (rows,) symbol s - 1
+        first = (col == 0).unsqueeze(-1)  # (rows, 1)
+        emb = self.embed(prev)  # (rows, d)
+        if self.conditioning == "prefix":
+            return torch.where(first, c, emb)
+        return torch.where(first, self.start.expand_as(emb), emb) + c
 
     def forward_tiles(self, h: torch.Tensor, patches: torch.Tensor, rows: TileRows) -> torch.Tensor:
         """`forward_packed` on the loader's tiles (training/model/tiles.py): logits (R, V), row i predicting symbol
         rows.col[i] of patch rows.patch[i]; an empty row's logits are computed and never scored."""
-        c = self.from_latent(h).index_select(0, rows.patch)  # (R, d): h_t of each row's patch
-        prev = patches.reshape(-1).index_select(0, (rows.src - 1).clamp_min(0))  # (R,) symbol s - 1
-        first = (rows.col == 0).unsqueeze(-1)  # (R, 1)
-        emb = self.embed(prev)  # (R, d)
-        if self.conditioning == "prefix":
-            x = torch.where(first, c, emb)  # (R, d)
-        else:
-            x = torch.where(first, self.start.expand_as(emb), emb) + c  # (R, d)
+        x = self._row_inputs(h, patches, rows.patch, rows.src, rows.col)  # (R, d)
         return self.head(self.transformer(x, causal=True, tiles=rows))  # (R, V)
 
     def symbol_logits(self, h: torch.Tensor, prefix: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
