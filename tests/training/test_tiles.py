@@ -19,6 +19,7 @@ from hbpe.pipeline.shards.reader import ShardDir
 from hbpe.schemas.symbols import PAD
 from hbpe.training.data import tile_layout as tiles_module
 from hbpe.training.data.schemes import TiledScheme, tiles_apply
+from hbpe.training.data.schemes import build_scheme as _build_scheme
 from hbpe.training.data.tile_layout import COL, DEC_TILES, ENC_TILES, PATCH, SEG, SRC, tile_batch, tile_width
 from hbpe.training.model.packing import PatchPacking
 from hbpe.training.model.patch_io import IGNORE
@@ -136,20 +137,22 @@ def test_empty_rows_change_no_real_row(shard_rows, monkeypatch):
     _assert_grads_close(ga, gb, 1e-12)
 
 
-def test_microbatches_laid_out_apart_add_up_to_the_batch(shard_rows):
-    """group=2 over 6 samples: each microbatch (the samples Composer's split hands the model) gives its part, and
-    the parts' NLL and gradients add up to the whole batch's; the whole batch read at once gives it too."""
+@pytest.mark.parametrize("group", [2, 4])
+def test_microbatches_laid_out_apart_add_up_to_the_batch(shard_rows, group):
+    """group=2 or 4 over 6 samples (4: a last group of 2, as Composer splits 6 by 4): each microbatch (the samples
+    Composer's split hands the model) gives its part, and the parts' NLL and gradients add up to the whole
+    batch's; the whole batch read at once gives it too."""
     tok, rows = shard_rows
     _, tiled = _pair("hierarchical-mean-prefix", tok, "tiles")
     tiled = tiled.double()
     base = _batch(tiled.cfg, tok, rows)
     whole = _tiled(base)
-    grouped = _tiled(base, group=2)
+    grouped = _tiled(base, group=group)
     _, _, nll, grads = _nll_grads(tiled, whole)
     _, _, nll_all_groups, grads_all = _nll_grads(tiled, grouped)
     parts, part_grads = 0.0, None
-    for i in range(0, 6, 2):
-        micro = {k: v[i : i + 2] for k, v in grouped.items()}
+    for i in range(0, 6, group):
+        micro = {k: v[i : i + group] for k, v in grouped.items()}
         _, _, n, g = _nll_grads(tiled, micro)
         parts += n
         part_grads = g if part_grads is None else {k: part_grads[k] + g[k] for k in g}
@@ -234,3 +237,81 @@ def test_composer_trains_on_the_tiles_compiled_as_on_the_cpu_kernel(sample_shard
     for a, b in zip(native, tiled, strict=True):
         assert b == pytest.approx(a, rel=2e-4), (native, tiled)
     assert native[-1] < native[0]  # it trained: the comparison is not of two constants
+
+
+def test_every_compiled_block_runs_without_a_graph_break(shard_rows):
+    """What `compile: true` compiles (each Block on its own, one code cache for the encoder's, decoder's and
+    latent's): no graph break in any of them, over two batches of different tile counts, forward and backward."""
+    from torch._dynamo.utils import counters
+
+    from hbpe.training.train.compile_blocks import compile_blocks
+
+    tok, rows = shard_rows
+    _, tiled = _pair("hierarchical-eop-add", tok, "tiles")
+    torch._dynamo.reset()
+    counters.clear()
+    assert compile_blocks(tiled, backend="eager") == 9  # 3 latent, 3 encoder, 3 decoder blocks
+    for batch in (_tiled(_batch(tiled.cfg, tok, rows)), _tiled(_batch(tiled.cfg, tok, rows[:3]))):
+        logits, targets = tiled(batch)
+        F.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum").backward()
+    breaks = dict(counters["graph_break"])
+    torch._dynamo.reset()
+    assert breaks == {}
+
+
+def test_more_tiles_than_one_sdpa_call_holds_are_split_into_calls(shard_rows, monkeypatch):
+    """CUDA's grid holds 65,535 tiles per SDPA call: past that the tiles go in several calls, the same values."""
+    from hbpe.training.model import layers
+
+    tok, rows = shard_rows
+    _, tiled = _pair("hierarchical-eop-add", tok, "tiles")
+    tiled = tiled.double()
+    batch = _tiled(_batch(tiled.cfg, tok, rows))
+    one, t1, nll1, g1 = _nll_grads(tiled, batch)
+    calls = []
+    real_sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(layers, "SDPA_BATCH_LIMIT", 7)
+    monkeypatch.setattr(layers.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real_sdpa(*a, **k))
+    many, t2, nll2, g2 = _nll_grads(tiled, batch)
+    monkeypatch.undo()
+    tiles = batch[ENC_TILES].reshape(-1, 4).shape[0] // tile_width(batch["patches"].shape[-1])
+    assert len(calls) > 2 * -(-tiles // 7) - 1  # several calls per layer, not one
+    torch.testing.assert_close(many, one, rtol=1e-12, atol=1e-12)
+    assert torch.equal(t1, t2) and nll2 == pytest.approx(nll1, rel=1e-12)
+    _assert_grads_close(g1, g2, 1e-12)
+
+
+def test_the_collator_reads_stored_patches_under_every_wrapper(sample_shards):
+    """Stored `patches` (a --store-patches conversion, or the tokenizer's own shards) are read and checked, not
+    derived again, whatever wraps the scheme: the tiles (a GPU's loader) and the host counts (the trainer's)."""
+    from hbpe.training.data.loader import Collator, PatchSource, innermost
+    from hbpe.training.data.schemes import TokenScheme
+    from hbpe.training.train.host_counts import HostCounts
+
+    d = ShardDir(sample_shards[0])
+    tok = d.tokenizer
+    inner = TokenScheme(tok, derive=False)
+    wrapped = HostCounts(TiledScheme(inner), _cfg("hierarchical-mean-prefix", "packed", "tiles"), tok.vocab_size)
+    assert innermost(wrapped) is inner
+    samples = [dict(s) for _, s in zip(range(2), d.samples())]
+    for s in samples:  # stored patches that the tokenizer would not give: read, so they show in the batch
+        s["patches"] = np.zeros((len(s["tokens"]), tok.max_patch_size), dtype=np.int64) + 5
+    batch = Collator(tok, PatchSource(derive=False), scheme=wrapped)(samples)
+    assert (batch["patches"] == 5).all()
+
+
+def test_the_loops_flops_count_every_row_the_tiles_run(shard_rows):
+    """Executed FLOPs (MFU, pad_share) on tiles count every row and W x W pairs per tile, as they run; what is not
+    a real symbol's work is PAD, so the useful part equals the packed count's."""
+    from hbpe.training.model.flops import batch_train_flops
+    from hbpe.training.train.host_counts import HOST_FLOPS, HostCounts
+
+    tok, rows = shard_rows
+    cfg = _cfg("hierarchical-mean-prefix", "packed", "tiles")
+    scheme = _build_scheme(cfg, tok, derive=True)
+    tiled = HostCounts(TiledScheme(scheme), cfg, tok.vocab_size).batch(rows, None)
+    packed = batch_train_flops(cfg, torch.from_numpy(scheme.batch(rows, None)["patches"]), vocab_size=tok.vocab_size)
+    run = {part: tiled[key] for part, key in HOST_FLOPS.items()}
+    assert run["executed"] > packed["executed"] and run["pad"] > 0.05 * run["executed"]
+    assert run["executed"] - run["pad"] == pytest.approx(packed["executed"] - packed["pad"], rel=1e-12)
+    assert run["paper"] == packed["paper"]

@@ -154,6 +154,13 @@ def check_compatible(manifest: Manifest, tok: HierarchicalTokenizer, *, where: s
     )
 
 
+def innermost(scheme: Scheme) -> Scheme:
+    """The scheme under its wrappers (TiledScheme, HostCounts: each keeps the one it wraps as `inner`)."""
+    while hasattr(scheme, "inner"):
+        scheme = scheme.inner
+    return scheme
+
+
 class Collator:
     """Samples -> the model's batch for its scheme (training/data/schemes.py), as tensors.
 
@@ -191,7 +198,7 @@ class Collator:
                 f"damaged or not from this first stage; run `hbpe shards verify --data {self.where}` and reconvert"
             )
         stored = None
-        if isinstance(getattr(self.scheme, "inner", self.scheme), TokenScheme) and not self.source.derive:
+        if isinstance(innermost(self.scheme), TokenScheme) and not self.source.derive:
             stored = np.stack([np.asarray(s["patches"]) for s in samples])  # (B, N, S)
             if int(stored.max()) >= self.tok.vocab_size:
                 raise ArtifactError(

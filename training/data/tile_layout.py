@@ -104,32 +104,31 @@ def tile_batch(patches: np.ndarray, first_target: np.ndarray, *, group: int | No
 
     The encoder reads patches 1..T with each patch's first position kept (an all-PAD tail patch still
     has one row, as in PatchPacking), the decoder the real symbols of patches 2..T+1. `first_target`
-    is not needed for the layout (context targets are masked in the step) but fixes B.
+    is not needed for the layout (context targets are masked in the step) but fixes B. Samples are laid
+    out in groups of `group` (the device microbatch) and a last, smaller group where `group` does not divide
+    B: Composer splits a batch so ([g, g, ..., B % g]), and an eval batch may be any size.
     """
     B, T1, S = patches.shape
     T, group = T1 - 1, min(group or B, B)
-    if B % group:
-        raise ValueError(f"a batch of {B} samples does not split into microbatches of {group}")
     width = tile_width(S)
     enc_len = np.maximum((patches[:, :-1] != PAD).sum(-1), 1).reshape(-1)  # (B*T,)
     dec_len = (patches[:, 1:] != PAD).sum(-1).reshape(-1)  # (B*T,)
-    groups = B // group
-    Mg = group * T
-    enc = [tile_layout(enc_len[g * Mg : (g + 1) * Mg], width=width) for g in range(groups)]
-    dec = [tile_layout(dec_len[g * Mg : (g + 1) * Mg], width=width) for g in range(groups)]
-    step = tile_bucket(Mg) * group // math.gcd(tile_bucket(Mg), group)  # whole buckets, whole tiles per sample
-    enc_tiles = max(step, -(-max(x.tiles for x in enc) // step) * step)
-    dec_tiles = max(step, -(-max(x.tiles for x in dec) // step) * step)
-    enc_rows, dec_rows = enc_tiles * width, dec_tiles * width
+    groups = [(start, min(group, B - start)) for start in range(0, B, group)]  # (first sample, samples)
+    enc = [tile_layout(enc_len[a * T : (a + n) * T], width=width) for a, n in groups]
+    dec = [tile_layout(dec_len[a * T : (a + n) * T], width=width) for a, n in groups]
+    # tiles per sample: enough for every group, in whole buckets of a full group (module docstring)
+    quantum = -(-tile_bucket(group * T) // group)
+    enc_t, dec_t = (max(1, max(-(-x.tiles // n) for x, (_, n) in zip(lay, groups, strict=True))) for lay in (enc, dec))
+    enc_t, dec_t = (-(-t // quantum) * quantum for t in (enc_t, dec_t))
     enc_parts, dec_parts, last = [], [], np.zeros(B * T, dtype=np.int64)
     base = np.zeros((B, 3), dtype=np.int64)
-    for g in range(groups):
-        sl = slice(g * Mg, (g + 1) * Mg)
-        p0, e0, d0 = g * Mg, g * enc_rows, g * dec_rows
-        enc_parts.append(_rows(enc_len[sl], enc[g].starts, S=S, rows=enc_rows, patch0=p0, row0=e0))
-        dec_parts.append(_rows(dec_len[sl], dec[g].starts, S=S, rows=dec_rows, patch0=p0, row0=d0))
-        last[sl] = e0 + enc[g].starts + enc_len[sl] - 1
-        base[g * group : (g + 1) * group] = (p0, e0, d0)
+    for (a, n), e, d in zip(groups, enc, dec, strict=True):
+        sl = slice(a * T, (a + n) * T)
+        p0, e0, d0 = a * T, a * enc_t * width, a * dec_t * width
+        enc_parts.append(_rows(enc_len[sl], e.starts, S=S, rows=n * enc_t * width, patch0=p0, row0=e0))
+        dec_parts.append(_rows(dec_len[sl], d.starts, S=S, rows=n * dec_t * width, patch0=p0, row0=d0))
+        last[sl] = e0 + e.starts + enc_len[sl] - 1
+        base[a : a + n] = (p0, e0, d0)
     return {
         ENC_TILES: np.concatenate(enc_parts).reshape(B, -1, 4),
         DEC_TILES: np.concatenate(dec_parts).reshape(B, -1, 4),

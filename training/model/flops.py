@@ -120,26 +120,37 @@ def train_flops_per_sample(cfg: ModelConfig, *, seq_len: int, max_patch_size: in
     return 3.0 * fwd
 
 
-def local_train_flops(cfg: ModelConfig, patches: Tensor, *, vocab_size: int) -> dict[str, float]:
+def local_train_flops(
+    cfg: ModelConfig, patches: Tensor, *, vocab_size: int, tiles: tuple[int, int, int] | None = None
+) -> dict[str, float]:
     """Forward + backward FLOPs of the local models on one batch of patches (B, N, S), as `cfg.local_layout`
     runs them, and the part of them spent on PAD -> {executed, pad}.
 
     Packed (training/model/packing.py): position-wise work and attention on the real symbols only (an
     all-PAD patch the encoder reads keeps one position: its only PAD). Padded: all S positions of every patch.
+    `tiles` = (encoder rows, decoder rows, W) of the loader's tiles (training/data/tile_layout.py): every row,
+    empty ones too, and W x W query-key pairs per tile, as they run; what is not a real symbol's is PAD.
     The encoder reads patches 1..N-1, the decoder predicts patches 2..N (training/model/patch_io.py).
     """
     local = dict(ffn=cfg.local_ffn, heads=cfg.local_heads, mlp_mats=SWIGLU_MLP_MATS)
     S = patches.shape[-1]
     executed = useful = 0.0
-    for rows, layers, vocab, keep_first in (
-        (patches[:, :-1], cfg.encoder_layers, 0, True),  # g_phi keeps an all-PAD patch's first position
-        (patches[:, 1:], cfg.decoder_layers, vocab_size, False),
+    tile_rows = (tiles[0], tiles[1]) if tiles is not None else (None, None)
+    for (rows, layers, vocab, keep_first), laid in zip(
+        (
+            (patches[:, :-1], cfg.encoder_layers, 0, True),  # g_phi keeps an all-PAD patch's first position
+            (patches[:, 1:], cfg.decoder_layers, vocab_size, False),
+        ),
+        tile_rows,
+        strict=True,
     ):
         real = (rows != PAD).reshape(-1, S).sum(-1).double()  # (M,) real symbols per patch
         kept = real.clamp_min(1) if keep_first else real
         M = float(real.numel())
         useful += stack_flops(float(real.sum()), float((real * real).sum()), cfg.local_dim, layers, vocab, **local)
-        if cfg.local_layout == "packed":  # each patch attends within itself, over its kept positions
+        if laid is not None:  # the loader's tiles: every row, W x W pairs per tile
+            executed += stack_flops(float(laid), float(laid * tiles[2]), cfg.local_dim, layers, vocab, **local)
+        elif cfg.local_layout == "packed":  # each patch attends within itself, over its kept positions
             executed += stack_flops(
                 float(kept.sum()), float((kept * kept).sum()), cfg.local_dim, layers, vocab, **local
             )
@@ -148,11 +159,14 @@ def local_train_flops(cfg: ModelConfig, patches: Tensor, *, vocab_size: int) -> 
     return {"executed": 3.0 * executed, "pad": 3.0 * (executed - useful)}
 
 
-def batch_train_flops(cfg: ModelConfig, x: Tensor, *, vocab_size: int) -> dict[str, float]:
+def batch_train_flops(
+    cfg: ModelConfig, x: Tensor, *, vocab_size: int, tiles: tuple[int, int, int] | None = None
+) -> dict[str, float]:
     """Forward + backward FLOPs of one training batch -> {executed, pad, paper}: as run, the part of that
     spent on PAD, and the paper's count (Chinchilla's two MLP matrices, patches of the batch's mean length).
 
-    `x` is the batch's `tokens` (B, N) for the embedding schemes, its `patches` (B, N, S) otherwise.
+    `x` is the batch's `tokens` (B, N) for the embedding schemes, its `patches` (B, N, S) otherwise; `tiles`:
+    the loader's tiles, where the batch has them (local_train_flops).
     """
     B, N = x.shape[:2]
     T = N - 1
@@ -162,7 +176,7 @@ def batch_train_flops(cfg: ModelConfig, x: Tensor, *, vocab_size: int) -> dict[s
         return {"executed": executed, "pad": 0.0, "paper": 3.0 * B * paper["total"]}
     latent = forward_flops_by_part(cfg, patches=T, patch_len=1, vocab_size=vocab_size, mlp_mats=SWIGLU_MLP_MATS)
     latent_fwd = latent["latent"] + 2 * 2 * T * cfg.local_dim * cfg.latent_dim  # + to_latent and from_latent
-    local = local_train_flops(cfg, x, vocab_size=vocab_size)
+    local = local_train_flops(cfg, x, vocab_size=vocab_size, tiles=tiles)
     # the paper's count at this batch's own patches: p = its mean real symbols per predicted patch
     p = float((x[:, 1:] != PAD).sum()) / max(B * T, 1)
     paper = forward_flops_by_part(cfg, patches=T, patch_len=p, vocab_size=vocab_size, mlp_mats=CHINCHILLA_MLP_MATS)

@@ -61,6 +61,12 @@ def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
 
 
+# tiles per SDPA call: CUDA's memory-efficient kernel puts the batch (here the tiles) on its grid's z axis, which
+# holds 65,535 blocks (torch 2.7 fails beyond: pytorch/pytorch#146704); a batch of small with byte patches, or
+# seq_len 1024, passes it
+SDPA_BATCH_LIMIT = 65_535
+
+
 class TileAttention:
     """What every layer of one local stack shares over the loader's tiles: the mask and RoPE's tables, once."""
 
@@ -124,7 +130,10 @@ class Attention(nn.Module):
         mask = None
         if key_mask is not None:  # (B, Lk) True = attend
             mask = key_mask[:, None, None, :]
-        plain_causal = causal and L > 1 and mask is None and k.shape[2] == L  # SDPA's own causal kernel, no mask
+        # SDPA's own causal kernel, no mask: decided without shapes, so that under a compiled block with dynamic
+        # shapes it stays a Python bool (SDPA refuses a SymBool: a graph break in every latent block). Without a
+        # cache the keys are the queries (k.shape[2] == L), and for L == 1 causal attention is the one key anyway
+        plain_causal = causal and mask is None and cache is None
         if causal and L > 1 and not plain_causal:
             tri = torch.ones(L, k.shape[2], dtype=torch.bool, device=x.device).tril(diagonal=k.shape[2] - L)
             mask = tri if mask is None else (mask & tri)
@@ -172,7 +181,16 @@ class Attention(nn.Module):
         q, k = qk.view(-1, W, 2, H, Dh).permute(2, 0, 3, 1, 4)  # 2 x (tiles, H, W, Dh)
         v = v.view(-1, W, H, Dh).transpose(1, 2)  # (tiles, H, W, Dh)
         drop = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=tiles.mask, dropout_p=drop)  # (tiles, H, W, Dh)
+        n, step = q.shape[0], SDPA_BATCH_LIMIT
+        if n <= step:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=tiles.mask, dropout_p=drop)  # (tiles, H, W, Dh)
+        else:  # more tiles than one CUDA grid holds: a few calls (a static count: the shapes are static)
+            parts = (
+                F.scaled_dot_product_attention(q[i : i + step], k[i : i + step], v[i : i + step],
+                                               attn_mask=tiles.mask[i : i + step], dropout_p=drop)
+                for i in range(0, n, step)
+            )  # fmt: skip
+            y = torch.cat(list(parts))
         return self.out(y.transpose(1, 2).reshape(R, D))
 
 

@@ -2,10 +2,12 @@
 and the loss.
 
 A block is the unit FSDP wraps and activation checkpointing recomputes, and every block of a stack has the same
-shapes, so one compiled graph serves all of them and a wrapper around a block still sees a module. The whole
+shapes, so a few compiled graphs serve all of them (the blocks share one code cache: the local stacks' rows and the
+latent's sequences compile apart, then run dynamic) and a wrapper around a block still sees a module. The whole
 model is not compiled at once: its batch-dependent glue (pooling, the decoder's inputs) is cheap and would tie
 the graph to each scheme's code. On the loader's tiles a block has static shapes and no data-dependent op
-(training/model/tiles.py), so it compiles with no graph break; on the length blocks (packed_attention: blocks)
+(training/model/tiles.py), so it compiles with no graph break (tests/training/test_tiles.py, forward and
+backward, every block); on the length blocks (packed_attention: blocks)
 each mix of patch lengths is a new guard and recompiles, which is why `auto` lays out tiles on a GPU.
 """
 

@@ -10,6 +10,7 @@ import torch
 
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.data.schemes import Scheme
+from hbpe.training.data.tile_layout import DEC_TILES, ENC_TILES, tile_width
 from hbpe.training.model.flops import batch_train_flops
 from hbpe.training.schemes.registry import scheme_spec
 
@@ -32,7 +33,7 @@ class HostCounts:
     def batch(self, tokens: np.ndarray, stored_patches: np.ndarray | None) -> dict[str, np.ndarray]:
         out = self.inner.batch(tokens, stored_patches)
         x = torch.from_numpy(np.asarray(scheme_spec(self.cfg).latent_input(out)))
-        flops = batch_train_flops(self.cfg, x, vocab_size=self.vocab_size)
+        flops = batch_train_flops(self.cfg, x, vocab_size=self.vocab_size, tiles=laid_out(out))
         counts = {key: float(flops[part]) for part, key in HOST_FLOPS.items()}
         counts[HOST_BYTES] = float(np.asarray(out["target_bytes"]).sum())
         counts[HOST_TEXT_POSITIONS] = float(np.asarray(out["text_positions"]).sum())
@@ -50,3 +51,11 @@ def count_on_host(loader: Any, cfg: ModelConfig, *, vocab_size: int) -> None:
     is iterated (its workers take the collator as it is then)."""
     collate = loader.collate_fn
     collate.scheme = HostCounts(collate.scheme, cfg, vocab_size)
+
+
+def laid_out(batch: dict) -> tuple[int, int, int] | None:
+    """(encoder rows, decoder rows, W) of the batch's tiles (training/data/tile_layout.py), None without them."""
+    if ENC_TILES not in batch:
+        return None
+    enc, dec = batch[ENC_TILES], batch[DEC_TILES]
+    return enc.shape[0] * enc.shape[1], dec.shape[0] * dec.shape[1], tile_width(batch["patches"].shape[-1])

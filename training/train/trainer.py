@@ -27,7 +27,7 @@ from hbpe.training.checkpoint.save_folder import (  # re-exported: the save-fold
     spans_duration,
 )
 from hbpe.training.data.loader import epoch_samples, read_manifest
-from hbpe.training.data.schemes import tiles_apply
+from hbpe.training.data.schemes import symbols_per_patch, tiles_apply
 from hbpe.training.data.shared_memory import release as release_shared_memory
 from hbpe.training.data.stream_cache import release as release_cache
 from hbpe.training.data.streams import (
@@ -229,8 +229,11 @@ def _trainer_kwargs(
     loggers: list[Any],
     save_enabled: bool,
     resume_from: str | None = None,
+    tiled: bool = False,
 ) -> dict[str, Any]:
     """Composer Trainer arguments other than the model, data and optimizer: schedule, precision, saving, logging.
+
+    `tiled`: the loader lays out tiles per microbatch (training/data/schemes.py `tiles_apply`).
 
     `callbacks` and `loggers` are every one the run has (the config's blocks built by `build_run`);
     `resume_from` what autoresume continues (`latest_checkpoint`).
@@ -239,7 +242,7 @@ def _trainer_kwargs(
     from composer.loggers import FileLogger
 
     micro = cfg.device_microbatch_size
-    if micro == "auto" and (device != "gpu" or tiles_apply(cfg.model, device=device)):
+    if micro == "auto" and (device != "gpu" or tiled):
         # Composer's auto microbatching needs CUDA OOM signals; and it would split the loader's tiles
         # (training/model/tiles.py), laid out per microbatch before Composer could choose one
         micro = device_batch
@@ -452,6 +455,9 @@ def _trainer(
                 loggers=loggers,
                 save_enabled=save_enabled,
                 resume_from=plan.resume_from,
+                tiled=tiles_apply(
+                    cfg.model, device=plan.device, symbols_per_patch=symbols_per_patch(cfg.model, plan.tok)
+                ),
             ),
         )
     except BaseException:
