@@ -10,8 +10,9 @@ the device; the step reads it as index tensors of fixed size and runs no data-de
 
 Layout. Rows come in tiles of W = 8 * ceil(S / 8) rows (16 at S = 10). A tile holds patches of one
 length l only, floor(W / l) of them, each on consecutive rows; lengths ascend and, within a length,
-patches keep their row-major order (the blocks path's order). At a 4K first stage and S = 10 about 8%
-of the rows are left empty by the lengths that do not divide W. Attention over the rows is then one call
+patches keep their row-major order (the blocks path's order). At batch 64 x 128 and S = 10, 10-12% of the
+rows are empty, bucket rounding included (10.4-11.1% at a 4K first stage, 9.9-12.4% with gpt2: measured on
+four batches of the k-along and demo shards). Attention over the rows is then one call
 per layer on (tiles, heads, W, head_dim) with a block-diagonal mask (`TileRows.mask`): a row attends to
 the rows of its own patch (causal: up to itself), an empty row to itself only, so that nothing is ever
 undefined and no empty row reaches a real one.
