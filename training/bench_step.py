@@ -70,7 +70,7 @@ class TokenBatches:
 
     def batch(self, split: str, index: torch.Tensor, *, tiles: bool = False) -> dict[str, torch.Tensor]:
         """Rows `index` of `split` -> the TokenScheme's columns (training/data/schemes.py); `tiles`: with the
-        loader's packing (training/model/tiles.py), laid out on the host from a CPU copy as a loader's worker
+        loader's packing (training/data/tile_layout.py), laid out on the host from a CPU copy as a loader's worker
         would (before the step is timed)."""
         tokens = self.rows[split].index_select(0, index)  # (B, N)
         ids = torch.where(tokens < 0, self.spec.n_vocab - 1 - tokens, tokens)  # EOD -> n, PAD -> n + 1

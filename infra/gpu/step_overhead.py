@@ -76,6 +76,7 @@ def run(
 
     def save() -> None:
         tmp = out.with_suffix(".tmp")
+        tmp.unlink(missing_ok=True)  # a leftover file or link in its place is removed, never written through
         tmp.write_text(json.dumps(results, indent=1))
         tmp.replace(out)
 

@@ -131,13 +131,13 @@ def build_scheme(cfg: ModelConfig, tok, *, derive: bool, entropy_model: object |
     return scheme_spec(cfg).batches(cfg, tok, derive=derive, entropy=entropy_model)
 
 
-# the longest tile (training/model/tiles.py) `auto` lays out: a tile's W x W attention scores per row grow with W,
+# the longest tile (training/data/tile_layout.py) `auto` lays out: a tile's W x W attention scores per row grow with W,
 # and byte patches of up to 1,025 bytes would make every tile that wide; longer patches keep the blocks path
 AUTO_TILE_WIDTH = 64
 
 
 def tiles_apply(cfg: ModelConfig, *, device: str, symbols_per_patch: int | None = None) -> bool:
-    """Whether the loader lays out the packing (training/model/tiles.py) for a model of `cfg` on `device`.
+    """Whether the loader lays out the packing (training/data/tile_layout.py) for a model of `cfg` on `device`.
 
     `packed_attention: tiles` always; `auto` on an accelerator (on CPU the native kernel is faster and has no
     device to wait for) with patches of at most AUTO_TILE_WIDTH symbols; never for padded local models or the
@@ -161,7 +161,7 @@ def symbols_per_patch(cfg: ModelConfig, tok) -> int | None:
 
 @dataclass
 class TiledScheme:
-    """A scheme's batches plus the loader's packing of their patches (training/model/tiles.py), computed here in
+    """A scheme's batches plus the loader's packing of their patches (training/data/tile_layout.py), computed here in
     the loader's worker so that the step reads fixed-size indices and never waits for the device.
 
     `group`: samples per layout, the device microbatch (Composer splits a batch by samples); None: the batch.

@@ -132,7 +132,7 @@ def build_dataloaders(
     """(train, eval or None) StreamingDataset loaders; each checks its shards against `tok` first.
 
     On `device` where the loader's tiles apply (training/data/schemes.py `tiles_apply`), the collator lays out
-    each device microbatch's packing (training/model/tiles.py), so the step has static shapes and no host sync.
+    each device microbatch's packing (training/data/tile_layout.py), so the step has static shapes and no host sync.
     """
     tiled = tiles_apply(cfg.model, device=device, symbols_per_patch=symbols_per_patch(cfg.model, tok))
     group = cfg.device_microbatch_size if isinstance(cfg.device_microbatch_size, int) else None

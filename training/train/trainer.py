@@ -244,7 +244,7 @@ def _trainer_kwargs(
     micro = cfg.device_microbatch_size
     if micro == "auto" and (device != "gpu" or tiled):
         # Composer's auto microbatching needs CUDA OOM signals; and it would split the loader's tiles
-        # (training/model/tiles.py), laid out per microbatch before Composer could choose one
+        # (training/data/tile_layout.py), laid out per microbatch before Composer could choose one
         micro = device_batch
     all_loggers = list(loggers)
     if cfg.log_file and save_enabled:
