@@ -391,22 +391,33 @@ def _render_bench_generate(r: dict[str, Any]) -> str:
 )
 @click.option("--repeat", type=click.IntRange(min=1), default=5, help="Interleaved rounds; medians and spread.")
 @click.option("--batches", type=click.IntRange(min=1), default=100, help="Batches timed per round (after 5 warm-up).")
+@click.option(
+    "--eval-samples",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Time the eval loader of data.eval_samples=N instead (a whole evaluation pass a round; --batches unused).",
+)
 @json_option()
-def bench_loader_cmd(data: str, batch_size: int, workers: int, repeat: int, batches: int, as_json: bool) -> None:
+def bench_loader_cmd(
+    data: str, batch_size: int, workers: int, repeat: int, batches: int, eval_samples: int | None, as_json: bool
+) -> None:
     """Training loader MB/s of text, streaming's per-sample reads beside batched reads, in one run.
 
-    Both are the training loader (streaming's shuffle, the collator) over the shards' own tokenizer; rounds
-    alternate between them. Printed: medians and spread of MB/s, samples/s and ms per batch, MB/s per worker,
-    the ratio, the machine's load.
+    Both are the training loader (streaming's shuffle, the collator) over the shards' own tokenizer, or with
+    --eval-samples the eval loader of data.eval_samples; rounds alternate between them. Printed: medians and
+    spread of MB/s, samples/s and ms per batch, MB/s per worker, the ratio, the machine's load.
 
     \b
-    Example:
+    Examples:
       hbpe bench loader --data runs/demo/shards-train --batch-size 64 --repeat 3
+      hbpe bench loader --data runs/demo/shards-eval --batch-size 64 --eval-samples 2048
     """
     from hbpe.training.data.bench_loader import bench_loader
 
     check_local_paths("--data", data)
-    r = bench_loader(data, batch_size=batch_size, workers=workers, repeat=repeat, batches=batches)
+    r = bench_loader(
+        data, batch_size=batch_size, workers=workers, repeat=repeat, batches=batches, eval_samples=eval_samples
+    )
     emit(r, as_json, _render_bench_loader)
 
 
@@ -414,9 +425,10 @@ def _render_bench_loader(r: dict[str, Any]) -> str:
     def load(x: list[float] | None) -> str:
         return " ".join(f"{v:.2f}" for v in x) if x else "n/a"
 
+    what = "train loader" if r["loader"] == "train" else f"eval set of data.eval_samples={r['eval_samples']}"
     lines = [
-        f"{r['shards']}: batches of {r['batch_size']}, {r['workers']} workers, {r['repeat']} rounds of {r['batches']} "
-        f"batches (medians; MB/s of each round after)",
+        f"{r['shards']} ({what}): batches of {r['batch_size']}, {r['workers']} workers, {r['repeat']} rounds of "
+        f"{r['batches']} batches (medians; MB/s of each round after)",
         f"{'reads':<11} {'MB/s':>7} {'/worker':>8} {'samples/s':>10} {'ms/batch':>9}  MB/s of each round",
     ]
     for name, p in r["paths"].items():

@@ -51,18 +51,21 @@ def small_shards(tmp_path_factory, gpt2_tokenizer_dir) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _loader(shards, tmp_path, *, batched: bool, seed: int = 17, workers: int = 0, **kw) -> Iterator:
+def _loader(
+    shards, tmp_path, *, batched: bool, seed: int = 17, workers: int = 0, shuffle: bool = True, **kw
+) -> Iterator:
     """build_dataloader as training builds it, reading by `batched` reads or streaming's own; its threads, workers
     and shared memory given back afterwards."""
     streams = shards if isinstance(shards, list) else str(shards)
     tok = load_shard_tokenizer(streams if isinstance(streams, str) else streams[0].remote)
-    cache = None if isinstance(streams, list) else str(tmp_path / f"cache-{batched}-{seed}-{workers}-{len(kw)}")
+    tag = f"{batched}-{seed}-{workers}-{shuffle}-{len(kw)}"
+    cache = None if isinstance(streams, list) else str(tmp_path / f"cache-{tag}")
     dl = build_dataloader(
         streams,
         tok,
         batch_size=BATCH,
         cache_dir=cache,
-        shuffle=True,
+        shuffle=shuffle,
         shuffle_seed=seed,
         workers=WorkerOptions(workers),
         **kw,
@@ -266,12 +269,106 @@ def test_a_shard_whose_offsets_do_not_step_by_the_record_is_left_to_streaming(tm
         MappedShard.open(str(tmp_path / "gone.mds"), layout, 3)
 
 
+# ---- the eval set of data.eval_samples (training/data/eval_set.py) ------------------------------------------------
+
+EVAL_SAMPLES = 96  # 12 blocks of a batch, spread over the 59 shards
+
+
+@contextlib.contextmanager
+def _eval_loader(shards, tmp_path, *, batched: bool, workers: int = 0) -> Iterator:
+    """The eval loader as training builds it with data.eval_samples: the held-out loader (in order, every batch)
+    narrowed to the eval set's blocks by `spread_eval_loader`."""
+    from hbpe.training.data.streams import spread_eval_loader
+
+    with _loader(shards, tmp_path, batched=batched, workers=workers, shuffle=False, drop_last=False) as held:
+        yield spread_eval_loader(held, 1222, EVAL_SAMPLES, device_batch=BATCH)
+
+
+def _counting_get_item(dataset) -> list[int]:
+    """The sample ids streaming's per-sample `get_item` reads from now on (in this process)."""
+    calls: list[int] = []
+    per_sample = dataset.get_item
+
+    def get_item(sample_id: int, *args, **kwargs):
+        calls.append(sample_id)
+        return per_sample(sample_id, *args, **kwargs)
+
+    dataset.get_item = get_item
+    return calls
+
+
+@pytest.mark.parametrize("layout", ["lean", "patches"])
+def test_the_eval_set_is_read_a_block_at_a_time_with_the_same_batches(small_shards, tmp_path, layout):
+    from hbpe.training.data.eval_set import eval_blocks
+
+    with _eval_loader(small_shards[layout], tmp_path, batched=False) as dl:
+        calls = _counting_get_item(dl.dataset.dataset)
+        want = _batches(dl)
+        assert len(calls) == EVAL_SAMPLES  # today's path, the reference: one get_item per sample
+    with _eval_loader(small_shards[layout], tmp_path, batched=True) as dl:
+        calls = _counting_get_item(dl.dataset.dataset)
+        got = _batches(dl)
+        maps = vars(dl.dataset.dataset).get("_hbpe_maps", {})
+    assert calls == [] and maps and all(isinstance(m, MappedShard) for m in maps.values())
+    assert _same_batches(got, want)
+    # the blocks' samples in van der Corput order, as the shards hold them
+    rows = _shard_rows(small_shards[layout])
+    assert ("patches" in rows[0]) == (layout == "patches")
+    rows = [s["tokens"] for s in rows]
+    blocks = eval_blocks(1222, EVAL_SAMPLES, BATCH)
+    assert len(blocks) == len(got) == EVAL_SAMPLES // BATCH and blocks != sorted(blocks)
+    for (start, n), batch in zip(blocks, got, strict=True):
+        assert np.array_equal(batch["tokens"].numpy(), np.stack(rows[start : start + n]))
+
+
+def _shard_rows(shards: str) -> list[dict]:
+    from hbpe.pipeline.shards.reader import ShardDir
+
+    return list(ShardDir(shards).samples())
+
+
+def test_the_eval_set_keeps_the_loaders_workers_and_their_batches(small_shards, tmp_path):
+    with _eval_loader(small_shards["patches"], tmp_path, batched=False) as dl:
+        want = _batches(dl)
+    with _eval_loader(small_shards["patches"], tmp_path, batched=True, workers=2) as dl:
+        assert dl.num_workers == 2  # the held-out loader's processes, not reads in the training process
+        got = _batches(dl)
+    assert _same_batches(got, want) and len(got) == EVAL_SAMPLES // BATCH
+
+
+@pytest.mark.parametrize(
+    ("columns", "mapped"),
+    [({"x": "ndarray:float32:3", "y": "uint8"}, True), ({"x": "ndarray:float32:3", "text": "str"}, False)],
+)
+def test_the_eval_sets_samples_of_other_layouts_read_as_streaming_reads_them(tmp_path, columns, mapped):
+    from hbpe.training.data.eval_set import IndexedSamples
+
+    rng = np.random.default_rng(0)
+    rows = [{"x": rng.random(3, dtype=np.float32), "y": np.uint8(i), "text": "é" * (i % 7)} for i in range(90)]
+    remote = _mds(tmp_path, columns, [{k: r[k] for k in columns} for r in rows], compression="zstd")
+    indices = [70, 71, 72, 5, 6, 7, 40, 41, 89]  # blocks across shards, out of order
+    seen = {}
+    for batched in (False, True):
+        ds = _dataset(remote, str(tmp_path / f"cache-{batched}"), batched=batched)
+        calls = _counting_get_item(ds)
+        loader = torch.utils.data.DataLoader(IndexedSamples(ds, indices), batch_size=3, collate_fn=list)
+        seen[batched] = [
+            tuple((k, type(v).__name__, np.asarray(v).tobytes() if k != "text" else v) for k, v in s.items())
+            for batch in loader
+            for s in batch
+        ]
+        assert len(calls) == (0 if batched and mapped else len(indices)), batched
+        release(ds)
+    assert seen[True] == seen[False] and len(seen[True]) == len(indices)
+
+
 # ---- the loader's batches on their way to the device ----------------------------------------------------------
 
 
 def test_id_columns_stay_narrow_and_the_model_widens_them(small_shards, tmp_path):
     from hbpe.schemas.train_config import model_config
-    from hbpe.training.model.patch_lm import VocabSpec, build_model
+    from hbpe.training.model.build import build_model
+    from hbpe.training.model.patch_lm import VocabSpec
 
     with _loader(small_shards["patches"], tmp_path, batched=True) as dl:
         batch = next(iter(dl))
@@ -347,3 +444,20 @@ def test_bench_loader_times_both_paths_on_the_same_samples(small_shards):
     too_few = CliRunner().invoke(main, ["bench", "loader", "--data", small_shards["lean"], "--batch-size", "500"])
     assert too_few.exit_code != 0
     assert "has 1222 samples: 2 batches of 500 an epoch, fewer than the 5 warm-up batches" in too_few.output
+
+
+def test_bench_loader_times_the_eval_set_on_both_paths(small_shards):
+    from click.testing import CliRunner
+
+    from hbpe.cli import main
+
+    args = ["bench", "loader", "--data", small_shards["patches"], "--batch-size", "8", "--repeat", "3"]
+    r = CliRunner().invoke(main, [*args, "--eval-samples", "48", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output[r.output.index("{") :])
+    assert (out["loader"], out["eval_samples"], out["batches"], out["warmup"]) == ("eval_set", 48, 6, 0)
+    assert out["same_samples"] is True  # each round the whole eval set on both paths
+    for p in out["paths"].values():
+        assert p["samples_per_s"] * p["ms_per_batch"] / 1e3 == pytest.approx(8)
+    text = CliRunner().invoke(main, [*args, "--eval-samples", "48"])
+    assert text.exit_code == 0 and "(eval set of data.eval_samples=48)" in text.output

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from hbpe.schemas.errors import ConfigError
@@ -81,7 +82,12 @@ def rank_blocks(blocks: list[tuple[int, int]], *, rank: int, world: int, what: s
 
 
 class IndexedSamples(torch.utils.data.Dataset):
-    """Samples of a (streaming) dataset by global index, in the order given."""
+    """Samples of a (streaming) dataset by global index, in the order given.
+
+    A DataLoader asks for a batch at once (`__getitems__`): a dataset with batched reads
+    (training/data/batched_reads.py) reads a block's samples with one gather per shard from its memory maps,
+    where streaming's `dataset[i]` opens, seeks, reads and closes the shard for each sample.
+    """
 
     def __init__(self, dataset: Any, indices: list[int]) -> None:
         self.dataset, self.indices = dataset, indices
@@ -91,3 +97,10 @@ class IndexedSamples(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> Any:
         return self.dataset[self.indices[i]]
+
+    def __getitems__(self, positions: list[int]) -> list[Any]:
+        ids = [self.indices[i] for i in positions]
+        # read_samples leaves a shard of another layout to streaming's get_item; batched_reads=False: all of them
+        if getattr(self.dataset, "batched_reads", False):
+            return self.dataset.read_samples(np.asarray(ids, dtype=np.int64))
+        return [self.dataset[i] for i in ids]

@@ -180,7 +180,8 @@ def build_dataloaders(
 
 def spread_eval_loader(loader: Any, total: int, samples: int, *, device_batch: int) -> Any:
     """`loader`'s held-out samples narrowed to the eval set of data.eval_samples (training/data/eval_set.py):
-    this rank's blocks, one device batch each, read by index in evaluation order."""
+    this rank's blocks, one device batch each, read by index in evaluation order, a block at a time (batched
+    reads), by `loader`'s worker processes."""
     import torch
     from composer.utils import dist
 
@@ -197,7 +198,16 @@ def spread_eval_loader(loader: Any, total: int, samples: int, *, device_batch: i
         collate_fn=loader.collate_fn,
         shuffle=False,
         drop_last=False,
+        **_worker_kwargs(loader),
     )
+
+
+def _worker_kwargs(loader: Any) -> dict[str, Any]:
+    """`loader`'s worker processes as DataLoader arguments (torch refuses the worker ones without workers)."""
+    kwargs = {"num_workers": loader.num_workers, "pin_memory": loader.pin_memory}
+    if loader.num_workers > 0:
+        kwargs |= {"persistent_workers": loader.persistent_workers, "prefetch_factor": loader.prefetch_factor}
+    return kwargs
 
 
 def local_root(cfg: TrainConfig) -> str:
