@@ -25,7 +25,8 @@ from hbpe.pipeline.shards.reader import ShardDir
 from hbpe.pipeline.shards.tools import export_text_to
 from hbpe.schemas.convert_config import ConvertConfig
 from hbpe.schemas.train_config import model_config
-from hbpe.training.model.patch_lm import VocabSpec, build_model
+from hbpe.training.model.build import build_model
+from hbpe.training.model.patch_lm import VocabSpec
 from hbpe.training.train.config_io import load_config
 from tests.object_stores import free_port  # noqa: F401  (one definition; light module, test files import it here)
 

@@ -59,9 +59,10 @@ if TYPE_CHECKING:  # torch, Composer, omegaconf: imported on first use (the `__g
     )
     from hbpe.training.inference.zero_shot.run import evaluate_tasks
     from hbpe.training.inference.zero_shot.run import render_table as render_task_table
+    from hbpe.training.model.build import build_model
     from hbpe.training.model.devices import resolve_device
     from hbpe.training.model.paper_flops import paper_setup_rows, render_ffn_readings, render_paper_setup
-    from hbpe.training.model.patch_lm import PatchLM, build_model
+    from hbpe.training.model.patch_lm import PatchLM
     from hbpe.training.train.calibration import resolve_tokenizer
     from hbpe.training.train.config_io import load_config, load_yaml
     from hbpe.training.train.plot_metrics import plot_run

@@ -24,9 +24,10 @@ from hbpe.schemas.symbols import TOKEN_EOD
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.data.schemes import tiles_apply
 from hbpe.training.data.tile_layout import tile_batch
+from hbpe.training.model.build import build_model
 from hbpe.training.model.flops import batch_train_flops
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
-from hbpe.training.model.patch_lm import PatchLM, VocabSpec, build_model
+from hbpe.training.model.patch_lm import PatchLM, VocabSpec
 from hbpe.training.schemes.registry import scheme_spec
 from hbpe.training.train.compile_blocks import compile_blocks
 

@@ -97,8 +97,8 @@ def train_one(npz: Path, out: Path, name: str, io: str, lr: float, *, sizes: dic
 
     from hbpe.schemas.train_config import model_config
     from hbpe.training.bench_step import TokenBatches
+    from hbpe.training.model.build import build_model
     from hbpe.training.model.patch_io import cross_entropy_sum
-    from hbpe.training.model.patch_lm import build_model
     from hbpe.training.train.optimizer import param_groups
 
     start = time.perf_counter()

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from hbpe.cli import main
 from hbpe.experiments.presets import load_spec
 from hbpe.schemas.train_config import model_config
-from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
+from hbpe.training.model.build import build_model
+from hbpe.training.model.patch_lm import VocabSpec, parameter_counts
 from tests.conftest import split_sample
 
 V4K = VocabSpec(vocab_size=299, max_patch_size=10, n_vocab=4097)  # the in-house 4K first stage at S=10 (en-sotu)

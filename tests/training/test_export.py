@@ -20,7 +20,8 @@ from hbpe.schemas.train_config import model_config
 from hbpe.training.checkpoint.export_format import load_exported, tied_weights, write_export
 from hbpe.training.checkpoint.load import load_model
 from hbpe.training.checkpoint.names import MODEL_FILE, WEIGHTS_FILE
-from hbpe.training.model.patch_lm import VocabSpec, build_model
+from hbpe.training.model.build import build_model
+from hbpe.training.model.patch_lm import VocabSpec
 
 
 def _batch(tok, text: str) -> dict[str, torch.Tensor]:

@@ -15,7 +15,8 @@ from torch import nn
 
 from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.train_config import OptimConfig, model_config
-from hbpe.training.model.patch_lm import VocabSpec, build_model
+from hbpe.training.model.build import build_model
+from hbpe.training.model.patch_lm import VocabSpec
 from hbpe.training.train.composer_model import HierarchicalComposerModel
 from hbpe.training.train.optimizer import build_optimizer, param_groups
 from tests.training.test_model import _batch

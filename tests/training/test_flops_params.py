@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from hbpe.schemas.train_config import model_config
+from hbpe.training.model.build import build_model
 from hbpe.training.model.flops import paper_forward_flops, train_flops_per_sample, transformer_flops
-from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
+from hbpe.training.model.patch_lm import VocabSpec, parameter_counts
 
 GPT2_VOCAB = 50257
 PAPER_BYTES_PER_TOKEN = 4.12  # SlimPajama, gpt2 (SPEC section 1)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from hbpe.schemas.train_config import model_config
+from hbpe.training.model.build import build_model
 from hbpe.training.model.layers import Block
-from hbpe.training.model.patch_lm import VocabSpec, build_model
+from hbpe.training.model.patch_lm import VocabSpec
 from hbpe.training.train.parallelize import attach_fsdp_hooks
 
 SPEC = VocabSpec(vocab_size=470, max_patch_size=10, n_vocab=50257)

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from hbpe.schemas.symbols import EOD, EOP, PAD
 from hbpe.schemas.train_config import model_config
+from hbpe.training.model.build import build_model
 from hbpe.training.model.hash_ngrams import NGRAM_SIZES, HashNgramEmbedding, ngram_ids, ngram_parameters
-from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
+from hbpe.training.model.patch_lm import VocabSpec, parameter_counts
 
 SPEC = VocabSpec(470, 10, 1000)
 

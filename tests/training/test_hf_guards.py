@@ -27,7 +27,8 @@ def export_dir(gpt2_tokenizer, tmp_path_factory) -> Path:
     """`hbpe export --format hf` of the tiny config, untrained: these tests check refusals, not text."""
     from hbpe.schemas.train_config import model_config
     from hbpe.training.checkpoint.export_format import write_export
-    from hbpe.training.model.patch_lm import VocabSpec, build_model
+    from hbpe.training.model.build import build_model
+    from hbpe.training.model.patch_lm import VocabSpec
 
     model = build_model(model_config("tiny"), VocabSpec.from_tokenizer(gpt2_tokenizer))
     out = tmp_path_factory.mktemp("hf-guards") / "model"
@@ -143,16 +144,15 @@ def test_inputs_whose_shapes_do_not_fit_are_one_error_naming_the_argument(hf):
 
 
 def test_the_exported_code_bounds_what_hbpe_bounds():
-    """The shipped files import no hbpe: their copies of hbpe's bounds are held equal here."""
+    """The shipped config (configuration_hbpe.py, which imports no hbpe) holds copies of hbpe's bounds, held equal
+    here; the model and generate() read hbpe's own (the hbpe_*.py copies, test_hf_library.py)."""
     from hbpe.schemas.tokenizer_artifact import MAX_PATCH_SIZE_LIMIT, MAX_VOCAB_SIZE
     from hbpe.schemas.train_config import MODEL_SIZE_LIMITS
-    from hbpe.training.checkpoint.hf import configuration_hbpe, generation_hbpe
-    from hbpe.training.inference.generate import MAX_TEMPERATURE, MIN_TEMPERATURE
+    from hbpe.training.checkpoint.hf import configuration_hbpe
 
     assert configuration_hbpe.SIZE_LIMITS == MODEL_SIZE_LIMITS
     assert configuration_hbpe.SYMBOLS_RANGE[1] == MAX_VOCAB_SIZE
     assert configuration_hbpe.PATCH_SIZE_RANGE[1] == MAX_PATCH_SIZE_LIMIT
-    assert (generation_hbpe.MIN_TEMPERATURE, generation_hbpe.MAX_TEMPERATURE) == (MIN_TEMPERATURE, MAX_TEMPERATURE)
 
 
 def test_remote_code_is_imported_from_this_tests_own_modules_folder(export_dir, hf_modules):

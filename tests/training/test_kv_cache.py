@@ -11,8 +11,9 @@ import torch
 
 from hbpe.schemas.symbols import EOD, PAD
 from hbpe.schemas.train_config import model_config
+from hbpe.training.model.build import build_model
 from hbpe.training.model.layers import KVCache
-from hbpe.training.model.patch_lm import VocabSpec, build_model
+from hbpe.training.model.patch_lm import VocabSpec
 
 VARIANTS = [("prefix", "mean"), ("prefix", "eop"), ("add", "mean"), ("add", "eop")]
 TOL = 1e-5

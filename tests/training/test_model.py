@@ -12,9 +12,10 @@ from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.train_config import model_config
 from hbpe.training.data.loader import Collator, PatchSource, check_compatible, read_manifest
 from hbpe.training.inference.generate import generate
+from hbpe.training.model.build import build_model
 from hbpe.training.model.local_models import LocalDecoder, LocalEncoder
 from hbpe.training.model.patch_io import IGNORE
-from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
+from hbpe.training.model.patch_lm import VocabSpec, parameter_counts
 from hbpe.training.train.composer_model import HierarchicalComposerModel
 
 

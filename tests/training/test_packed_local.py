@@ -25,10 +25,11 @@ from hbpe.training.data.byte_patching import UNBOUNDED_SAFETY_LIMIT
 from hbpe.training.data.schemes import BytePatchScheme, build_scheme, vocabulary_bytes
 from hbpe.training.inference.generate import generate_batch
 from hbpe.training.model import layers, patch_attention
+from hbpe.training.model.build import build_model
 from hbpe.training.model.layers import Attention
 from hbpe.training.model.packing import PatchPacking
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
-from hbpe.training.model.patch_lm import VocabSpec, build_model
+from hbpe.training.model.patch_lm import VocabSpec
 
 DEEP = dict(encoder_layers=3, decoder_layers=3, latent_layers=3)
 

@@ -16,8 +16,9 @@ from hbpe.schemas.train_config import model_config
 from hbpe.training.data.byte_patching import entropy_starts, patch_starts, space_starts, to_patches
 from hbpe.training.data.schemes import BytePatchScheme, build_scheme, vocabulary_bytes
 from hbpe.training.inference.byte_generation import ByteSymbols
+from hbpe.training.model.build import build_model
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
-from hbpe.training.model.patch_lm import VocabSpec, build_model
+from hbpe.training.model.patch_lm import VocabSpec
 
 
 class _CausalEntropy:

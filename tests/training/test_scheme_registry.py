@@ -9,7 +9,8 @@ from hbpe.schemas.symbols import EOD, EOP, PAD
 from hbpe.schemas.train_config import model_config
 from hbpe.training.data.schemes import build_scheme
 from hbpe.training.data.token_rows import read_token_rows
-from hbpe.training.model.patch_lm import VocabSpec, build_model
+from hbpe.training.model.build import build_model
+from hbpe.training.model.patch_lm import VocabSpec
 from hbpe.training.schemes.registry import scheme_spec
 from tests.helpers import train_cfg
 from tests.training.toy_scheme import FixedSpec

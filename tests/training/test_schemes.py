@@ -23,8 +23,9 @@ from hbpe.training.data.byte_patching import (
     to_patches,
 )
 from hbpe.training.data.schemes import BytePatchScheme, build_scheme, vocabulary_bytes
+from hbpe.training.model.build import build_model
 from hbpe.training.model.patch_io import IGNORE, cross_entropy_sum
-from hbpe.training.model.patch_lm import VocabSpec, build_model
+from hbpe.training.model.patch_lm import VocabSpec
 from hbpe.training.train.calibration import choose_threshold, mean_patch_bytes
 
 

@@ -84,7 +84,8 @@ def test_only_linear_matrices_decay(gpt2_tokenizer):
     from torch import nn
 
     from hbpe.schemas.train_config import model_config
-    from hbpe.training.model.patch_lm import VocabSpec, build_model
+    from hbpe.training.model.build import build_model
+    from hbpe.training.model.patch_lm import VocabSpec
 
     for io in ("hierarchical", "bpe"):
         model = build_model(model_config("tiny", io=io, conditioning="add"), VocabSpec(470, 10, 1000))

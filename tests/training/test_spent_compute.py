@@ -122,7 +122,8 @@ def test_executed_flops_are_what_a_training_step_computes(io):
     """The count against torch's FlopCounterMode on a real forward + backward of the mini model."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from hbpe.training.model.patch_lm import VocabSpec, build_model
+    from hbpe.training.model.build import build_model
+    from hbpe.training.model.patch_lm import VocabSpec
     from hbpe.training.train.composer_model import HierarchicalComposerModel
 
     torch.manual_seed(0)
@@ -153,7 +154,8 @@ def test_packed_executed_flops_count_each_patch_over_its_own_symbols():
     from torch.utils.flop_counter import FlopCounterMode
 
     from hbpe.schemas.symbols import PAD
-    from hbpe.training.model.patch_lm import VocabSpec, build_model
+    from hbpe.training.model.build import build_model
+    from hbpe.training.model.patch_lm import VocabSpec
     from hbpe.training.train.composer_model import HierarchicalComposerModel
 
     torch.manual_seed(0)

@@ -21,8 +21,9 @@ from hbpe.training.inference.zero_shot.metrics import aggregate, doc_metrics, me
 from hbpe.training.inference.zero_shot.pairs import EncodedPair, scheme_for
 from hbpe.training.inference.zero_shot.scorer import Score, score_pairs, windows
 from hbpe.training.inference.zero_shot.tasks import TASKS, Doc, parse_tasks
+from hbpe.training.model.build import build_model
 from hbpe.training.model.patch_io import IGNORE
-from hbpe.training.model.patch_lm import VocabSpec, build_model
+from hbpe.training.model.patch_lm import VocabSpec
 from tests.helpers import scaled_model
 
 PAIRS = [

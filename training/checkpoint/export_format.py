@@ -57,7 +57,8 @@ from hbpe.training.checkpoint.names import (
     TOKENIZER_DIR,
     WEIGHTS_FILE,
 )
-from hbpe.training.model.patch_lm import PatchLM, VocabSpec, build_model
+from hbpe.training.model.build import build_model
+from hbpe.training.model.patch_lm import PatchLM, VocabSpec
 from hbpe.training.schemes.registry import scheme_spec
 
 log = logging.getLogger(__name__)

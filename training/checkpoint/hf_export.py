@@ -11,6 +11,7 @@ tokenizer/; `hbpe eval`/`generate` read it as before) plus what transformers rea
     DIR/modeling_hbpe.py         HbpeForCausalLM    so the folder loads where hbpe is not installed)
     DIR/generation_hbpe.py       its generate()
     DIR/tokenization_hbpe.py     HbpeTokenizer
+    DIR/hbpe_*.py                hbpe's own model and generation modules, imports rewritten (hf_library.py)
     DIR/tokenizer_config.json    AutoTokenizer's entry: auto_map -> HbpeTokenizer, which reads tokenizer/; eos, pad
 
 model.safetensors carries the metadata {"format": "pt"} transformers requires (it refuses any other);
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hbpe.schemas.errors import ConfigError
+from hbpe.training.checkpoint.hf_library import COPY_FILES, write_library_copies
 from hbpe.training.schemes.registry import scheme_spec
 
 HF_SOURCES = ("configuration_hbpe.py", "modeling_hbpe.py", "generation_hbpe.py", "tokenization_hbpe.py")
@@ -39,7 +41,14 @@ TESTED_TRANSFORMERS_KEY, TESTED_TRANSFORMERS = "hbpe_tested_transformers", ">=4.
 EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>")  # the first stage's document end (gpt2 and friends, llama3)
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 # what `save_pretrained` of the model or tokenizer may add beside them: an earlier HF export's files
-HF_FILES = (*HF_SOURCES, CONFIG_FILE, TOKENIZER_CONFIG_FILE, "special_tokens_map.json", "generation_config.json")
+HF_FILES = (
+    *HF_SOURCES,
+    *COPY_FILES,
+    CONFIG_FILE,
+    TOKENIZER_CONFIG_FILE,
+    "special_tokens_map.json",
+    "generation_config.json",
+)
 AUTO_MAP = {
     "AutoConfig": "configuration_hbpe.HbpeConfig",
     "AutoModelForCausalLM": "modeling_hbpe.HbpeForCausalLM",
@@ -96,6 +105,7 @@ def write_hf_files(dest: Path, cfg: Any, tok: Any) -> None:
     src = Path(__file__).parent / "hf"
     for name in HF_SOURCES:
         shutil.copyfile(src / name, dest / name)
+    write_library_copies(dest)
     (dest / CONFIG_FILE).write_text(json.dumps(hf_config(cfg, tok), indent=2, sort_keys=True) + "\n")
     eos = eos_token(tok)[0]
     tok_config = {

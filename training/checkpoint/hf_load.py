@@ -27,7 +27,8 @@ from hbpe.training.checkpoint.load_checks import (
     tokenizer_shape,
 )
 from hbpe.training.checkpoint.names import TOKENIZER_DIR, WEIGHTS_FILE
-from hbpe.training.model.patch_lm import PatchLM, VocabSpec, build_model
+from hbpe.training.model.build import build_model
+from hbpe.training.model.patch_lm import PatchLM, VocabSpec
 
 MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few KB; hbpe_model inside it is a few hundred bytes
 

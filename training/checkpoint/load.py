@@ -28,8 +28,9 @@ from hbpe.training.checkpoint.run_files import RUN_FILE, find_run_dir, read_run_
 from hbpe.training.checkpoint.safe_load import safe_torch_load
 from hbpe.training.checkpoint.sharded import read_sharded_model
 from hbpe.training.data.schemes import Scheme, build_scheme
+from hbpe.training.model.build import build_model
 from hbpe.training.model.entropy_model import EntropyModel
-from hbpe.training.model.patch_lm import PatchLM, VocabSpec, build_model
+from hbpe.training.model.patch_lm import PatchLM, VocabSpec
 from hbpe.training.schemes.registry import scheme_spec
 
 

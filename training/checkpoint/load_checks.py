@@ -25,7 +25,8 @@ import torch
 from hbpe.schemas.errors import ArtifactError
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.checkpoint.run_files import RUN_FILE
-from hbpe.training.model.patch_lm import PatchLM, VocabSpec, build_model
+from hbpe.training.model.build import build_model
+from hbpe.training.model.patch_lm import PatchLM, VocabSpec
 
 
 def tokenizer_shape(tok: Any) -> dict[str, int]:

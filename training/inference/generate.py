@@ -21,10 +21,8 @@ ends there instead of growing the KV cache without end.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -33,7 +31,8 @@ from hbpe.schemas.errors import ConfigError
 from hbpe.schemas.symbols import EOD, PAD
 from hbpe.training.inference.byte_generation import generate_bytes
 from hbpe.training.inference.kv_decode import CachedPatchLM
-from hbpe.training.inference.sampling import Sampling, check_finite_top, check_sampling_args
+from hbpe.training.inference.patch_decode import decode_patches, next_patches, op_threads
+from hbpe.training.inference.sampling import MAX_TEMPERATURE, MIN_TEMPERATURE, Sampling, check_sampling_args
 from hbpe.training.model.patch_lm import PatchLM
 from hbpe.training.schemes.registry import scheme_spec
 
@@ -50,7 +49,6 @@ class Generation:
     stop: str | None = None  # the stop string that ended it (cut off, not in `text`)
 
 
-MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 1e4
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit seed
 
 
@@ -130,7 +128,7 @@ class _Row:
             return self._stop("stop" if self._cut_at_stop(len(symbols) - 1) else "eod", t0)
         data = tok.decode_symbols_bytes(symbols)
         # a patch of S symbols without EOP is re-encoded by the tokenizer's out-of-vocabulary rule
-        new = [symbols] if tok.symbol_ends_patch[symbols[-1]] else tok.encode_bytes(data)
+        new = next_patches(symbols, data, tok)
         self.out += data
         self.patches += len(new)
         if self._cut_at_stop(len(data)):
@@ -268,34 +266,18 @@ def generate_batch(
     for start in range(0, len(rows), batch_size if use_cache else 1):
         chunk = rows[start : start + batch_size]
         if use_cache:
-            with _op_threads(model, len(chunk)):
+            with op_threads(model.cfg, next(model.parameters()).device, len(chunk)):
                 _generate_cached(model, tok, chunk, sampling)
         else:
             _generate_uncached(model, tok, chunk[0], sampling)
     return [r.result() for r in rows]
 
 
-# intra-op threads pay off above about a million multiply-adds per matmul; below, a step's ops
-# are microseconds long and a second thread only adds synchronisation. Measured on 2 busy cores:
-# F.linear (3, 64) x (64, 192) takes 4 us on one thread and 3.9 ms on two (OpenMP waiting for a
-# descheduled thread), which made a cached step of the tiny model 100x slower.
-_MIN_MACS_FOR_THREADS = 1 << 20
-
-
-@contextlib.contextmanager
-def _op_threads(model: PatchLM, rows: int) -> Iterator[None]:
-    """One intra-op thread on CPU while a cached step's largest matmul is small; torch's setting restored after."""
-    cfg = model.cfg
-    macs = rows * max(cfg.latent_dim * max(3 * cfg.latent_dim, cfg.latent_ffn), cfg.local_dim * 3 * cfg.local_dim)
-    before = torch.get_num_threads()
-    if next(model.parameters()).device.type != "cpu" or macs >= _MIN_MACS_FOR_THREADS or before == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+def _closes(tok, rows: list[_Row]):
+    """decode_patches' `closes` for these rows: the byte baselines' patcher (None for the tokenizer's patches)."""
+    if getattr(tok, "closes_patch", None) is None:
+        return None
+    return lambda i, symbols: _patcher_closes(tok, rows[i], symbols)
 
 
 def _patcher_closes(tok, row: _Row, symbols: list[int]) -> bool:
@@ -330,12 +312,15 @@ def _generate_uncached(model: PatchLM, tok, row: _Row, sampling: Sampling) -> No
 def _generate_cached(model: PatchLM, tok, rows: list[_Row], sampling: Sampling) -> None:
     """All rows together, KV caches in the latent model and the local decoder (kv_decode.CachedPatchLM)."""
     t0 = time.perf_counter()
-    m = CachedPatchLM(model)
+    m = CachedPatchLM(model, never_generated=scheme_spec(model.cfg).never_generated(model.cfg))
     ends = tok.symbol_ends_patch  # list[bool], per symbol id
     h = m.prefill([r.context for r in rows])  # (B, D)
     active = list(rows)
     while True:
-        patches = _decode_patches(m, h, active, ends, tok.max_patch_size, sampling, tok=tok)
+        patches = decode_patches(
+            m, h, ends=ends, max_patch_size=tok.max_patch_size, sampling=sampling, gens=[r.gen for r in active],
+            closes=_closes(tok, active),
+        )  # fmt: skip
         new, keep = [], []
         for i, (row, symbols) in enumerate(zip(active, patches)):
             advance = row.finish_patch(symbols, tok, t0)
@@ -348,36 +333,3 @@ def _generate_cached(model: PatchLM, tok, rows: list[_Row], sampling: Sampling) 
             m.keep(keep)
             active = [active[i] for i in keep]
         h = m.advance(new)
-
-
-def _decode_patches(
-    m: CachedPatchLM, h: torch.Tensor, rows: list[_Row], ends: list[bool], S: int, sampling: Sampling, *, tok=None
-) -> list[list[int]]:
-    """One patch per row after h (B, D): symbols until EOP (or a symbol holding it), EOD, or S of them.
-
-    Rows advance in lockstep; a row whose patch is closed keeps a place in the batch (its
-    further symbols are not read) until every row's patch is.
-    """
-    out: list[list[int]] = [[] for _ in rows]
-    open_rows = list(range(len(rows)))
-    logits = m.decoder_start(h)  # (B, V)
-    while True:  # logits (B, V) in fp32 with PAD at -inf (kv_decode)
-        if sampling.greedy:
-            top, chosen = logits.max(-1)  # (B,) each: argmax, and its logit (NaN or inf when the row has one)
-            picked = chosen.tolist()
-            check_finite_top(top.tolist())
-        else:
-            picked = [PAD] * len(rows)
-            for i in open_rows:
-                picked[i] = _choose(logits[i], sampling, rows[i].gen)
-            chosen = torch.tensor(picked, dtype=torch.long, device=logits.device)
-        still = []
-        for i in open_rows:
-            s = picked[i]
-            out[i].append(s)
-            if s != EOD and not ends[s] and len(out[i]) < S and not _patcher_closes(tok, rows[i], out[i]):
-                still.append(i)
-        if not still:
-            return out
-        open_rows = still
-        logits = m.decoder_next(chosen)

@@ -24,7 +24,8 @@ block. Here the same math runs from the model's own weights in about 25 ops per 
 The result is the modules' function up to float rounding (~1e-6 on fp32; folded gains are
 not bit for bit), so greedy output matches recomputation: tests/training/test_generate_batched.py
 checks every logit against the modules at 1e-5 on a 3-layer model with scaled weights.
-Model code stays free of generation tricks; `generate.py` drives this class.
+Model code stays free of generation tricks; `generate.py` drives this class (patch_decode.py its symbol loop),
+and so does the generate() of `hbpe export --format hf` folders, which ship a copy of this module.
 Shapes: B rows, L new positions, S symbols per patch, H heads, Dh head width.
 """
 
@@ -37,7 +38,6 @@ from hbpe.schemas.errors import HbpeError
 from hbpe.schemas.symbols import PAD
 from hbpe.training.model.layers import Transformer
 from hbpe.training.model.patch_lm import PatchLM
-from hbpe.training.schemes.registry import scheme_spec
 
 _Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (B, H, K, Dh), keys rotated
 
@@ -180,7 +180,8 @@ class CachedPatchLM:
     `h` is f_theta's output before its final norm gain, which is folded into m_psi's input projection.
     """
 
-    def __init__(self, model: PatchLM) -> None:
+    def __init__(self, model: PatchLM, *, never_generated: tuple[int, ...] = ()) -> None:
+        """`never_generated`: symbols the scheme's decoder may emit but never should (SchemeSpec.never_generated)."""
         io = model.io
         enc, dec = io.encoder, io.decoder
         if enc.embed.weight.dtype != torch.float32:
@@ -203,7 +204,7 @@ class CachedPatchLM:
         # added to m_psi's logits: PAD is never generated (+0 leaves every other logit as it was)
         self.never_pad = torch.zeros(self.head.shape[0], dtype=self.head.dtype, device=self.device)
         self.never_pad[PAD] = float("-inf")
-        self.never_pad[list(scheme_spec(model.cfg).never_generated(model.cfg))] = float("-inf")  # never a target
+        self.never_pad[list(never_generated)] = float("-inf")  # never a target
         self.lat_cache: _Cache = []
         self.positions: list[int] = []  # next latent position of each row
         self.valid: torch.Tensor | None = None  # (B, K) filled latent slots, None while every slot is filled
@@ -246,7 +247,11 @@ class CachedPatchLM:
         return self.latent.rope.gather([[q + j for j in range(L)] for q in self.positions])
 
     def advance(self, new: list[list[list[int]]]) -> torch.Tensor:
-        """Each row's new patches (at least one each) -> h (B, D) at each row's last new position."""
+        """Each row's new patches -> h (B, D) at each row's last new position.
+
+        A row given no patches keeps its position (its slots this step are masked fillers) and its h is not
+        meaningful; at least one row has a patch (the HF generate() advances only the rows that need it).
+        """
         B, counts = len(new), [len(ps) for ps in new]
         L = max(counts)
         flat = [p for ps in new for p in ps + [[]] * (L - len(ps))]  # fillers: all PAD, masked below

@@ -18,6 +18,9 @@ import torch
 from hbpe.schemas.errors import ArtifactError, ConfigError
 
 MAX_STOPS = 64  # stop strings per call: each is searched after every patch
+# a temperature other than 0 (greedy) lies in here: logits / 1e-40 overflow float32 to inf (softmax: NaN), / 1e308
+# underflow to a uniform draw (generate.py checks `hbpe generate`'s, an HF export's generate() its do_sample's)
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 1e4
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,10 @@ from hbpe.training.checkpoint.load import load_entropy_model
 from hbpe.training.data.byte_patching import sample_units
 from hbpe.training.data.schemes import Scheme, build_scheme, vocabulary_bytes
 from hbpe.training.data.token_rows import read_token_rows
+from hbpe.training.model.build import build_model
 from hbpe.training.model.flops import paper_forward_flops
 from hbpe.training.model.paper_flops import with_ffn_readings
-from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
+from hbpe.training.model.patch_lm import VocabSpec, parameter_counts
 from hbpe.training.schemes.registry import scheme_spec
 from hbpe.training.train.calibration import threshold_on_shards
 from hbpe.training.train.config_io import check_local

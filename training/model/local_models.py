@@ -20,7 +20,6 @@ from hbpe.training.model.hash_ngrams import HashNgramEmbedding
 from hbpe.training.model.layers import KVCache, Transformer
 from hbpe.training.model.packing import PatchPacking
 from hbpe.training.model.tiles import TileRows
-from hbpe.training.schemes.registry import scheme_spec
 
 
 def _local_transformer(cfg: ModelConfig, layers: int) -> Transformer:
@@ -44,7 +43,7 @@ class LocalEncoder(nn.Module):
     has seen the whole patch.
     """
 
-    def __init__(self, cfg: ModelConfig, embed: nn.Embedding) -> None:
+    def __init__(self, cfg: ModelConfig, embed: nn.Embedding, *, byte_patches: bool = False) -> None:
         super().__init__()
         self.pooling, self.packed = cfg.pooling, cfg.local_layout == "packed"
         self.embed = embed
@@ -53,7 +52,7 @@ class LocalEncoder(nn.Module):
         # the byte baselines' hash n-gram embeddings (BLT); registered last and only when on, so that every
         # other model initialises (and loads) as before
         self.hash_ngrams = None
-        if cfg.patching.hash_ngram_buckets and scheme_spec(cfg).byte_patches:
+        if cfg.patching.hash_ngram_buckets and byte_patches:
             self.hash_ngrams = HashNgramEmbedding(cfg.patching.hash_ngram_buckets, cfg.local_dim)
 
     def forward(self, patches: torch.Tensor) -> torch.Tensor:

@@ -28,6 +28,7 @@ IGNORE = -100
 
 class PatchIO(nn.Module):
     vocab_size: int
+    latent_column = "patches"  # the batch column with one row per latent position: (B, T, S) patches
 
     def encode(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
@@ -54,11 +55,11 @@ class HierarchicalPatchIO(PatchIO):
     listed once by `parameters()`, two state-dict keys like the BPE baseline's tied head).
     """
 
-    def __init__(self, cfg: ModelConfig, *, vocab_size: int, max_patch_size: int) -> None:
+    def __init__(self, cfg: ModelConfig, *, vocab_size: int, max_patch_size: int, byte_patches: bool = False) -> None:
         super().__init__()
         self.cfg, self.vocab_size, self.S = cfg, vocab_size, max_patch_size
         embed = nn.Embedding(vocab_size, cfg.local_dim)  # E: shared by g_phi and m_psi
-        self.encoder = LocalEncoder(cfg, embed)  # g_phi
+        self.encoder = LocalEncoder(cfg, embed, byte_patches=byte_patches)  # g_phi (byte patches: BLT's hash n-grams)
         self.decoder = LocalDecoder(cfg, embed, vocab_size=vocab_size)  # m_psi
 
     def encode_patches(self, patches: torch.Tensor) -> torch.Tensor:
@@ -114,6 +115,8 @@ class BPEEmbeddingIO(PatchIO):
     `tie_embeddings` (the default, as in the paper, whose 123M / 359M BPE models are the
     latent plus one matrix) the head reuses the embedding matrix.
     """
+
+    latent_column = "tokens"  # one id per latent position: (B, T)
 
     def __init__(self, cfg: ModelConfig, *, n_vocab: int) -> None:
         super().__init__()

@@ -4,7 +4,9 @@
     h_t = f_theta(e_1..e_t)                    # PatchLM.latent, causal over patches
     p(x_{t+1}^s | x_{t+1}^{<s}, x_{<=t}) = softmax(m_psi(x_{t+1}^{<s}, h_t))   # LocalDecoder
 
-This module never imports distributed code (training/train/parallelize.py wraps it).
+This module never imports distributed code (training/train/parallelize.py wraps it), nor the scheme
+registry (training/model/build.py builds the model a config names): `hbpe export --format hf` ships it,
+with the modules it imports, in the export folder (training/checkpoint/hf_library.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from hbpe.schemas.errors import ArtifactError, ConfigError
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.model.layers import KVCache, Transformer
 from hbpe.training.model.patch_io import PatchIO
-from hbpe.training.schemes.registry import scheme_spec
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ class PatchLM(nn.Module):
         Position t predicts position t + 1, so a row needs T >= 2 positions, and a batch >= 1 row.
         The check reads static shapes only (no data-dependent op: the compiled step keeps its graph).
         """
-        x = scheme_spec(self.cfg).latent_input(batch)  # (B, T) tokens or (B, T, S) patches
+        x = batch[self.io.latent_column]  # (B, T) tokens or (B, T, S) patches
         if x.dim() < 2 or x.shape[0] < 1 or x.shape[1] < 2:
             raise ValueError(
                 f"PatchLM: a batch of shape {tuple(x.shape)} has nothing to predict: it needs B >= 1 rows "
@@ -133,8 +134,3 @@ def parameter_counts(model: PatchLM) -> dict[str, int]:
 def _init_weights(m: nn.Module) -> None:
     if isinstance(m, (nn.Linear, nn.Embedding)):
         nn.init.normal_(m.weight, std=0.02)
-
-
-def build_model(cfg: ModelConfig, spec: VocabSpec) -> PatchLM:
-    """The model `cfg.io` names, shaped by the tokenizer's `spec` (VocabSpec.from_tokenizer / from_run_meta)."""
-    return PatchLM(cfg, scheme_spec(cfg).build_io(cfg, spec))

@@ -35,7 +35,9 @@ class SpaceSpec(SchemeSpec):
         return None
 
     def build_io(self, cfg: ModelConfig, vocab: Any) -> HierarchicalPatchIO:
-        return HierarchicalPatchIO(cfg, vocab_size=BYTE_VOCAB, max_patch_size=self.symbols_per_patch(cfg))
+        return HierarchicalPatchIO(
+            cfg, vocab_size=BYTE_VOCAB, max_patch_size=self.symbols_per_patch(cfg), byte_patches=True
+        )
 
     def batches(self, cfg: ModelConfig, tok: Any, *, derive: bool, entropy: Any = None) -> BytePatchScheme:
         vocab = vocabulary_bytes(tok)

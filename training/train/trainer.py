@@ -37,8 +37,9 @@ from hbpe.training.data.streams import (
     local_root,
     train_streams,
 )
+from hbpe.training.model.build import build_model
 from hbpe.training.model.devices import composer_device
-from hbpe.training.model.patch_lm import VocabSpec, build_model, parameter_counts
+from hbpe.training.model.patch_lm import VocabSpec, parameter_counts
 from hbpe.training.train.calibration import resolve_entropy_threshold, resolve_tokenizer
 from hbpe.training.train.callbacks import KeepNewestCheckpoints, ThroughputMeter, TrainProgress
 from hbpe.training.train.compile_blocks import compile_blocks, compile_loss

@@ -17,19 +17,26 @@ own positions (left padding does not shift them) and padded slots are masked; a 
 is all 0 is an empty prompt (what the tokenizer pads "" to), continued from the document marker alone as
 `hbpe generate --prompt ''` continues it. A token generate()
 feeds back that the model did not emit (a caller's choice) advances the latent model with its own
-patch. Shipped verbatim in `hbpe export --format hf` folders; imports only torch (hf/__init__.py).
+patch.
+
+The model math and the symbol loop are hbpe's own: CachedPatchLM (hbpe_kv_decode.py), decode_patches and
+next_patches (hbpe_patch_decode.py) and Sampling (hbpe_sampling.py) are the copies `hbpe export --format hf`
+writes of the modules `hbpe generate` runs (training/checkpoint/hf_library.py). This file is the adapter
+between them and transformers' generate(), which asks for one token at a time.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 
-EOP, PAD, EOD = 256, 257, 258
-IGNORE = -100
+from .hbpe_kv_decode import CachedPatchLM
+from .hbpe_patch_decode import decode_patches, next_patches, op_threads
+from .hbpe_sampling import MAX_TEMPERATURE, MIN_TEMPERATURE, Sampling
+from .hbpe_symbols import EOD, PAD
+
+__all__ = ["PatchCache", "check_inputs", "ids_to_patches", "op_threads", "sampling_of"]
 # generate() options that reweight the next token's scores: the local decoder makes the choice, so they cannot act
 REFUSED = {
     "num_beams": 1, "num_beam_groups": 1, "penalty_alpha": None, "repetition_penalty": 1.0,
@@ -37,9 +44,6 @@ REFUSED = {
     "begin_suppress_tokens": None, "sequence_bias": None, "min_new_tokens": None, "min_length": 0,
     "forced_bos_token_id": None, "forced_eos_token_id": None, "guidance_scale": None,
 }  # fmt: skip
-# `hbpe generate`'s temperatures (training/inference/generate.py): logits / 1e-40 overflow float32 to inf (softmax:
-# NaN), / 1e308 underflow to a uniform draw
-MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 1e4
 
 
 def check_inputs(ids: torch.Tensor, attention_mask, *, generate: bool = False) -> None:
@@ -68,81 +72,37 @@ def check_inputs(ids: torch.Tensor, attention_mask, *, generate: bool = False) -
         )
 
 
-# hbpe's generate.py rule: intra-op threads pay off above about a million multiply-adds per matmul; below, a
-# step's ops take microseconds and a second thread only adds waiting (measured on 2 busy cores: 10 ms a token
-# for the tiny model on one thread, 500 ms on two)
-_MIN_MACS_FOR_THREADS = 1 << 20
-
-
-@contextlib.contextmanager
-def op_threads(model, rows: int) -> Iterator[None]:
-    """One intra-op thread on the CPU while a step's largest matmul is small; torch's setting restored after."""
-    c = model.config
-    macs = rows * max(c.latent_dim * max(3 * c.latent_dim, c.latent_ffn), c.local_dim * 3 * c.local_dim)
-    before = torch.get_num_threads()
-    if model.device.type != "cpu" or macs >= _MIN_MACS_FOR_THREADS or before == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How the local decoder picks each symbol: greedy, or a draw at `temperature` from the `top_k` most likely
-    symbols and the `top_p` nucleus (hbpe's training/inference/sampling.py, a row at a time)."""
-
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-
-    @classmethod
-    def of(cls, config) -> Sampling:
-        """A transformers GenerationConfig's choice; ValueError for the options this model cannot honour."""
-        value = _settings(config)
-        bad = [f"{k}={value(k)!r}" for k, default in REFUSED.items() if value(k) not in (None, default)]
-        if bad:
-            raise ValueError(
-                f"HbpeForCausalLM.generate: {', '.join(bad)} not supported: the local decoder chooses each token (a "
-                "patch, symbol by symbol), so only greedy or do_sample with temperature, top_k and top_p apply; "
-                "leave these options at their defaults"
-            )
-        if not value("do_sample"):
-            return cls()
-        temperature, top_k, top_p = value("temperature"), value("top_k"), value("top_p")
-        if not (_is_number(temperature) and MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE):  # NaN fails too
-            raise ValueError(
-                f"HbpeForCausalLM.generate: temperature={temperature!r} with do_sample=True must be a number in "
-                f"[{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}] (as `hbpe generate` takes); for greedy text set "
-                "do_sample=False"
-            )
-        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
-            raise ValueError(f"HbpeForCausalLM.generate: top_k={top_k!r} must be an integer >= 0 (0: every symbol)")
-        if top_p is not None and not (_is_number(top_p) and 0 < top_p <= 1):
-            raise ValueError(
-                f"HbpeForCausalLM.generate: top_p={top_p!r} must be a number in (0, 1] (1: no cut; a top_p below the "
-                "largest probability is the greedy choice)"
-            )
-        return cls(True, float(temperature), top_k or None, top_p if top_p is not None and top_p < 1 else None)
-
-    def choose(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits (n, V), PAD at -inf -> one symbol per row (n,); draws use torch's global generator."""
-        if not self.do_sample:
-            return logits.argmax(-1)
-        logits = logits.float() / self.temperature
-        if self.top_k is not None and self.top_k < logits.shape[-1]:
-            kth = torch.topk(logits, self.top_k, dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))  # ties with the k-th stay in
-        probs = torch.softmax(logits, -1)
-        if self.top_p is not None:
-            sorted_p, order = torch.sort(probs, descending=True)
-            before = torch.cumsum(sorted_p, -1) - sorted_p  # mass of the more likely symbols
-            probs = probs.scatter(-1, order, sorted_p.masked_fill(before >= self.top_p, 0.0))
-        return torch.multinomial(probs, 1).squeeze(-1)
+def sampling_of(config) -> Sampling:
+    """hbpe's Sampling for a transformers GenerationConfig (None: greedy); ValueError for the options this model
+    cannot honour. Greedy is hbpe's temperature 0; a draw (do_sample) is hbpe's at `temperature`, from the `top_k`
+    (0: every symbol) most likely symbols and the `top_p` nucleus, from torch's global generator."""
+    if config is None:
+        return Sampling()
+    value = _settings(config)
+    bad = [f"{k}={value(k)!r}" for k, default in REFUSED.items() if value(k) not in (None, default)]
+    if bad:
+        raise ValueError(
+            f"HbpeForCausalLM.generate: {', '.join(bad)} not supported: the local decoder chooses each token (a "
+            "patch, symbol by symbol), so only greedy or do_sample with temperature, top_k and top_p apply; "
+            "leave these options at their defaults"
+        )
+    if not value("do_sample"):
+        return Sampling()
+    temperature, top_k, top_p = value("temperature"), value("top_k"), value("top_p")
+    if not (_is_number(temperature) and MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE):  # NaN fails too
+        raise ValueError(
+            f"HbpeForCausalLM.generate: temperature={temperature!r} with do_sample=True must be a number in "
+            f"[{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}] (as `hbpe generate` takes); for greedy text set "
+            "do_sample=False"
+        )
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        raise ValueError(f"HbpeForCausalLM.generate: top_k={top_k!r} must be an integer >= 0 (0: every symbol)")
+    if top_p is not None and not (_is_number(top_p) and 0 < top_p <= 1):
+        raise ValueError(
+            f"HbpeForCausalLM.generate: top_p={top_p!r} must be a number in (0, 1] (1: no cut; a top_p below the "
+            "largest probability is the greedy choice)"
+        )
+    return Sampling(float(temperature), top_k or None, top_p if top_p is not None and top_p < 1 else None)
 
 
 def _settings(config):
@@ -162,16 +122,6 @@ def _settings(config):
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def check_finite_logits(logits: torch.Tensor) -> None:
-    """Each row's largest logit is finite (it is NaN if any logit is, +inf if any is), or one ValueError: NaN's
-    argmax picked a garbage symbol and a draw failed inside torch (hbpe's sampling.py check_finite_top)."""
-    if not bool(torch.isfinite(logits.max(-1).values).all()):
-        raise ValueError(
-            "HbpeForCausalLM.generate: the model's logits for the next symbol are not finite (NaN or inf): its "
-            "weights overflow in this dtype, or are damaged; load it in float32, or export an earlier checkpoint"
-        )
 
 
 def token_patches(tok, ids: list[int], eos: int) -> list[list[int]]:
@@ -216,9 +166,12 @@ class PatchCache:
     def __init__(self, model, tok, sampling: Sampling) -> None:
         self.model, self.tok, self.sampling = model, tok, sampling
         self.eos, self.S = model.config.eos_token_id, model.config.max_patch_size
-        self.kv: list | None = None  # per latent block (B, H, K, Dh) keys and values
-        self.valid: torch.Tensor | None = None  # (B, K) which latent slots hold a patch (the others: padding)
-        self.next_pos: torch.Tensor | None = None  # (B,) each row's next latent position
+        if model.dtype != torch.float32:
+            raise ValueError(
+                f"HbpeForCausalLM.generate runs hbpe's KV-cached decoder, which reads float32 weights; this model "
+                f"holds {model.dtype}: load it with torch_dtype=torch.float32 (from_pretrained) or call model.float()"
+            )
+        self.m: CachedPatchLM | None = None  # hbpe's KV-cached model (hbpe_kv_decode.py), from the prompts on
         self.rows: list[_Row] = []
         self.seen = 0  # input_ids columns read
 
@@ -234,7 +187,7 @@ class PatchCache:
         advance: dict[int, list[list[int]]] = {}
         if not self.rows:  # the prompts: the document marker, then each row's real tokens
             real = [[True] * len(r) for r in new] if attention_mask is None else attention_mask.bool().tolist()
-            self.rows, self.next_pos = [_Row() for _ in new], torch.zeros(len(new), dtype=torch.long)
+            self.rows = [_Row() for _ in new]
             for b, (ids, keep) in enumerate(zip(new, real)):
                 advance[b] = [[EOD], *token_patches(self.tok, [i for i, k in zip(ids, keep) if k], self.eos)]
                 if len(advance[b]) > self.model.config.max_patches:
@@ -272,7 +225,7 @@ class PatchCache:
         emit = {}
         while advance:
             for b, patches in list(advance.items()):
-                if int(self.next_pos[b]) + len(patches) > self.model.config.max_patches:
+                if self._position(b) + len(patches) > self.model.config.max_patches:
                     del advance[b]  # the latent context (max_patches) is full: the row ends
                     self.rows[b].queue, self.rows[b].fed = [self.eos], []
                     emit[b] = self._emit(self.rows[b])
@@ -291,15 +244,19 @@ class PatchCache:
             advance = again
         return emit
 
+    def _position(self, b: int) -> int:
+        """Row b's next latent position (0 before the prompts)."""
+        return 0 if self.m is None else self.m.positions[b]
+
     def _resolve(self, symbols: list[int]) -> tuple[list[int], list[list[int]]]:
         """A decoded patch -> (the token ids of its bytes, the patches the latent model reads next), as
-        hbpe's generate.py `finish_patch`: a patch that ends with EOP is read as it is, S symbols without EOP
-        are re-encoded by the tokenizer's out-of-vocabulary rule."""
+        `hbpe generate` finishes a patch (hbpe_patch_decode.next_patches): a patch that ends with EOP is read as it
+        is, S symbols without EOP are re-encoded by the tokenizer's out-of-vocabulary rule."""
         tok = self.tok
         if symbols[-1] == EOD:
             return self._ids(tok.symbols_bytes(symbols[:-1])) + [self.eos], []
         data = tok.symbols_bytes(symbols)
-        return self._ids(data), [symbols] if tok.symbol_ends_patch[symbols[-1]] else tok.encode_bytes(data)
+        return self._ids(data), next_patches(symbols, data, tok)
 
     def _ids(self, data: bytes) -> list[int]:
         """Bytes -> first-stage ids (one token when they are one, as a canonical patch is)."""
@@ -308,50 +265,18 @@ class PatchCache:
         return list(piece(data)) if data else []
 
     def _advance(self, advance: dict[int, list[list[int]]]) -> torch.Tensor:
-        """g_phi and f_theta over each listed row's new patches (the other rows: masked filler slots) -> h (n, D)
-        after each listed row's last new patch, in `advance`'s order."""
-        m, B = self.model, len(self.rows)
-        dev = m.device
-        counts = torch.tensor([len(advance.get(b, ())) for b in range(B)])
-        L = int(counts.max())
-        n = max(len(p) for ps in advance.values() for p in ps)  # PAD columns past the longest patch change nothing
-        patches = torch.full((B, L, n), PAD, dtype=torch.long)
-        for b, ps in advance.items():
-            for j, p in enumerate(ps):
-                patches[b, j, : len(p)] = torch.tensor(p)
-        if self.valid is None:
-            self.valid = torch.zeros(B, 0, dtype=torch.bool)
-        fresh = torch.arange(L)[None, :] < counts[:, None]  # (B, L)
-        valid = torch.cat([self.valid, fresh], dim=1)  # (B, K)
-        K = valid.shape[1]
-        mask = valid[:, None, None, :] & torch.ones(L, K, dtype=torch.bool).tril(diagonal=K - L)  # (B, 1, L, K)
-        positions = self.next_pos[:, None] + torch.arange(L)[None, :]  # (B, L): each row's own
-        e = m.io.encoder(patches.to(dev))  # (B, L, D)
-        out, self.kv = m.latent.attend(e, positions.to(dev), mask.to(dev), self.kv)  # (B, L, D)
-        self.valid, self.next_pos = valid, self.next_pos + counts
-        rows = list(advance)
-        return out[torch.tensor(rows, device=dev), (counts[rows] - 1).to(dev)]  # (n, D)
+        """f_theta over each listed row's new patches (the other rows read none) -> h (n, D) after each listed
+        row's last new patch, in `advance`'s order. The first call reads every row's prompt."""
+        if self.m is None:
+            self.m = CachedPatchLM(self.model)
+            h = self.m.prefill([advance[b] for b in range(len(self.rows))])  # (B, D)
+        else:
+            h = self.m.advance([advance.get(b, []) for b in range(len(self.rows))])  # (B, D)
+        return h[list(advance)]
 
     def _decode(self, h: torch.Tensor) -> list[list[int]]:
-        """m_psi with a KV cache: h (n, D) -> one patch of symbols per row."""
-        dec, ends = self.model.io.decoder, self.tok.symbol_ends_patch
-        c = dec.from_latent(h)  # (n, d)
-        x, cond = (c, None) if dec.conditioning == "prefix" else (dec.start + c, c)
-        out: list[list[int]] = [[] for _ in range(h.shape[0])]
-        open_rows = set(range(h.shape[0]))
-        kv = None
-        for k in range(self.S):
-            y, kv = dec.transformer.attend(x[:, None], torch.tensor([k], device=h.device), None, kv)  # (n, 1, d)
-            logits = dec.head(y[:, 0]).float()  # (n, V')
-            logits[:, PAD] = float("-inf")  # fills a patch, never generated
-            check_finite_logits(logits)
-            picked = self.sampling.choose(logits)  # (n,)
-            for i, s in enumerate(picked.tolist()):
-                if i in open_rows:
-                    out[i].append(s)
-                    if s == EOD or ends[s]:
-                        open_rows.discard(i)
-            if not open_rows:
-                break
-            x = dec.embed(picked) if cond is None else dec.embed(picked) + cond
-        return out
+        """m_psi with a KV cache: h (n, D) -> one patch of symbols per row (hbpe_patch_decode.decode_patches)."""
+        return decode_patches(
+            self.m, h, ends=self.tok.symbol_ends_patch, max_patch_size=self.S, sampling=self.sampling,
+            gens=[None] * h.shape[0],
+        )  # fmt: skip

@@ -11,27 +11,50 @@ tokenizer, and puts the document marker patch [EOD] before each row, as hbpe's d
 tokens < t and the symbols of its patch before each. `patches` (B, T, S), hbpe's own batch layout,
 is accepted as well. generate() is generation_hbpe.py's.
 
-Shipped verbatim in `hbpe export --format hf` folders: a copy of hbpe's training/model/layers.py and
-local_models.py that imports only torch and transformers (training/checkpoint/hf/__init__.py). Parameter
-names equal hbpe's, so one model.safetensors serves `hbpe eval` and transformers.
+The modules are hbpe's own: the hbpe_*.py files beside this one are copies of hbpe's library modules
+(training/model/*, training/inference/kv_decode.py, patch_decode.py, sampling.py and the schemas they
+read), written by `hbpe export --format hf` with only their import lines rewritten
+(training/checkpoint/hf_library.py). This file and generation_hbpe.py are the transformers adapter
+around them. Parameter names equal hbpe's, so one model.safetensors serves `hbpe eval` and transformers.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import inspect
 import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .configuration_hbpe import HbpeConfig
-from .generation_hbpe import EOD, IGNORE, PAD, PatchCache, Sampling, check_inputs, ids_to_patches, op_threads
+from .generation_hbpe import PatchCache, check_inputs, ids_to_patches, op_threads, sampling_of
+
+# transformers copies a local folder's remote code one import deep: the files this module imports, not what those
+# import. So every copy of hbpe's modules is imported here by name, and each reaches transformers' module cache
+# (tests/training/test_hf_library.py checks that the list is whole).
+from .hbpe_config_check import Section  # noqa: F401
+from .hbpe_errors import HbpeError  # noqa: F401
+from .hbpe_hash_ngrams import HashNgramEmbedding  # noqa: F401
+from .hbpe_kv_decode import CachedPatchLM  # noqa: F401
+from .hbpe_layers import Transformer  # noqa: F401
+from .hbpe_local_models import LocalDecoder  # noqa: F401
+from .hbpe_locations import check_location  # noqa: F401
+from .hbpe_names import is_plain_file_name  # noqa: F401
+from .hbpe_packing import PatchPacking  # noqa: F401
+from .hbpe_patch_attention import patch_attention  # noqa: F401
+from .hbpe_patch_decode import decode_patches  # noqa: F401
+from .hbpe_patch_io import IGNORE, HierarchicalPatchIO, cross_entropy_sum
+from .hbpe_patch_lm import PatchLM
+from .hbpe_sampling import Sampling  # noqa: F401
+from .hbpe_schemes import scheme_names  # noqa: F401
+from .hbpe_symbols import EOD, PAD
+from .hbpe_tile_layout import tile_width  # noqa: F401
+from .hbpe_tiles import TileRows  # noqa: F401
+from .hbpe_train_config import ModelConfig
 
 # generate() hands its cache to prepare_inputs_for_generation and reads it back from the model's output under one
 # name: `past_key_values` in transformers 4 and 5.0, `cache` in the 5.x that renamed it (5.24; it refuses an output
@@ -41,180 +64,19 @@ CACHE_NAME = (
     "cache" if "cache" in inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
     else "past_key_values"
 )  # fmt: skip
+# HbpeConfig's fields that are hbpe ModelConfig fields: they win over config.json's copy of the whole ModelConfig
+# (`hbpe_model`), since transformers lets a caller set them (from_pretrained(DIR, dropout=0.1))
+SHAPE = (
+    "latent_layers", "latent_dim", "latent_ffn", "latent_heads", "local_dim", "local_ffn", "local_heads",
+    "encoder_layers", "decoder_layers", "pooling", "conditioning", "dropout", "rope_theta", "max_patches",
+)  # fmt: skip
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
-
-
-@functools.lru_cache(maxsize=64)
-def _inverse_frequencies(dh: int, theta: float, device: torch.device) -> torch.Tensor:
-    """RoPE's (Dh/2,) frequencies, computed once per shape and device (generate() calls rope for every symbol)."""
-    return 1.0 / (theta ** (torch.arange(0, dh, 2, device=device, dtype=torch.float32) / dh))
-
-
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary embedding of x (B, H, L, Dh) at integer positions (L,), or (B, L): each row its own."""
-    ang = positions.to(torch.float32)[..., None] * _inverse_frequencies(
-        x.shape[-1], theta, x.device
-    )  # (L or B, L, Dh/2)
-    if ang.dim() == 3:
-        ang = ang[:, None]  # (B, 1, L, Dh/2): over the heads
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
-
-
-KV = tuple[torch.Tensor, torch.Tensor]  # one layer's keys and values (B, H, K, Dh), the cached ones first
-
-
-class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int, theta: float, dropout: float) -> None:
-        super().__init__()
-        self.heads, self.theta, self.dropout = heads, theta, dropout
-        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.out = nn.Linear(dim, dim, bias=False)
-
-    def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, past: KV | None = None
-    ) -> tuple[torch.Tensor, KV]:
-        """x (B, L, D) at `positions`; mask (B or 1, 1, L, K) True = attend, over past's keys then x's."""
-        B, L, D = x.shape
-        q, k, v = self.qkv(x).view(B, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)  # 3 x (B, H, L, Dh)
-        q, k = rope(q, positions, self.theta), rope(k, positions, self.theta)
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
-        return self.out(y.transpose(1, 2).reshape(B, L, D)), (k, v)
-
-
-class SwiGLU(nn.Module):
-    def __init__(self, dim: int, hidden: int) -> None:
-        super().__init__()
-        self.gate = nn.Linear(dim, hidden, bias=False)
-        self.up = nn.Linear(dim, hidden, bias=False)
-        self.down = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
-
-
-class Block(nn.Module):
-    def __init__(self, dim: int, ffn: int, heads: int, theta: float, dropout: float) -> None:
-        super().__init__()
-        self.norm1, self.norm2 = RMSNorm(dim), RMSNorm(dim)
-        self.attn = Attention(dim, heads, theta, dropout)
-        self.mlp = SwiGLU(dim, ffn)
-
-    def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, past: KV | None = None
-    ) -> tuple[torch.Tensor, KV]:
-        y, kv = self.attn(self.norm1(x), positions, mask, past)
-        x = x + y
-        return x + self.mlp(self.norm2(x)), kv
-
-
-class Transformer(nn.Module):
-    def __init__(self, *, layers: int, dim: int, ffn: int, heads: int, theta: float, dropout: float) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(Block(dim, ffn, heads, theta, dropout) for _ in range(layers))
-        self.norm = RMSNorm(dim)
-
-    def forward(self, x: torch.Tensor, *, causal: bool, key_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, L, D) at positions 0..L-1; key_mask (B, L) True = a real key."""
-        L = x.shape[1]
-        mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, L)
-        if causal and L > 1:
-            tri = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
-            mask = tri if mask is None else (mask & tri)
-        return self.attend(x, torch.arange(L, device=x.device), mask)[0]
-
-    def attend(
-        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, past: list[KV] | None = None
-    ) -> tuple[torch.Tensor, list[KV]]:
-        """x (B, L, D) at positions (L,) or (B, L), after the cached keys `past` (one per block): the normed
-        output and every block's keys and values, the cached ones included (generation's KV cache)."""
-        cache = []
-        for i, block in enumerate(self.blocks):
-            x, kv = block(x, positions, mask, None if past is None else past[i])
-            cache.append(kv)
-        return self.norm(x), cache
-
-
-def _local(cfg: HbpeConfig, layers: int) -> Transformer:
-    return Transformer(
-        layers=layers, dim=cfg.local_dim, ffn=cfg.local_ffn, heads=cfg.local_heads, theta=cfg.rope_theta,
-        dropout=cfg.dropout,
-    )  # fmt: skip
-
-
-class LocalEncoder(nn.Module):
-    """g_phi: a patch of S symbols -> one latent input e_t (bidirectional over the patch, pooled)."""
-
-    def __init__(self, cfg: HbpeConfig, embed: nn.Embedding) -> None:
-        super().__init__()
-        self.pooling = cfg.pooling
-        self.embed = embed
-        self.transformer = _local(cfg, cfg.encoder_layers)
-        self.to_latent = nn.Linear(cfg.local_dim, cfg.latent_dim, bias=False)
-
-    def forward(self, patches: torch.Tensor) -> torch.Tensor:
-        """(B, T, S) symbols -> e (B, T, D)."""
-        B, T, S = patches.shape
-        flat = patches.reshape(B * T, S)  # (M, S)
-        real = flat != PAD  # (M, S)
-        key_mask = real.clone()
-        key_mask[:, 0] = True  # an all-PAD patch still attends somewhere: no NaN rows
-        x = self.transformer(self.embed(flat), causal=False, key_mask=key_mask)  # (M, S, d)
-        if self.pooling == "mean":
-            w = real.unsqueeze(-1).to(x.dtype)  # (M, S, 1)
-            pooled = (x * w).sum(1) / w.sum(1).clamp_min(1.0)  # (M, d)
-        else:
-            last = real.sum(1).clamp_min(1) - 1  # (M,) the last real symbol
-            pooled = x[torch.arange(B * T, device=x.device), last]  # (M, d)
-        return self.to_latent(pooled).view(B, T, -1)  # (B, T, D)
-
-
-class LocalDecoder(nn.Module):
-    """m_psi: h_t and the first s-1 symbols of patch t+1 -> logits of its symbol s."""
-
-    def __init__(self, cfg: HbpeConfig, embed: nn.Embedding) -> None:
-        super().__init__()
-        self.conditioning = cfg.conditioning
-        self.from_latent = nn.Linear(cfg.latent_dim, cfg.local_dim, bias=False)
-        self.start = nn.Parameter(torch.zeros(cfg.local_dim)) if cfg.conditioning == "add" else None
-        self.transformer = _local(cfg, cfg.decoder_layers)
-        self.head = nn.Linear(cfg.local_dim, cfg.symbol_vocab_size, bias=False)
-        self.embed = embed
-
-    def inputs(self, h: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
-        """h (M, D), prefix symbols (M, k) -> decoder inputs (M, k+1, d)."""
-        c = self.from_latent(h).unsqueeze(1)  # (M, 1, d)
-        emb = self.embed(prefix)  # (M, k, d)
-        if self.conditioning == "prefix":
-            return torch.cat([c, emb], dim=1)  # (M, k+1, d)
-        return torch.cat([self.start.expand(emb.shape[0], 1, -1), emb], dim=1) + c  # (M, k+1, d)
-
-    def forward(self, h: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: h (M, D), the patches it predicts (M, S) -> logits (M, S, V)."""
-        return self.head(self.transformer(self.inputs(h, patches[:, :-1]), causal=True))  # (M, S, V)
-
-
-class HierarchicalIO(nn.Module):
-    """hbpe's HierarchicalPatchIO: one symbol table E shared by g_phi and m_psi (two state-dict names)."""
-
-    def __init__(self, cfg: HbpeConfig) -> None:
-        super().__init__()
-        embed = nn.Embedding(cfg.symbol_vocab_size, cfg.local_dim)
-        self.encoder = LocalEncoder(cfg, embed)
-        self.decoder = LocalDecoder(cfg, embed)
+def model_config(config: HbpeConfig) -> ModelConfig:
+    """hbpe's ModelConfig of this model, checked by hbpe's own rules (ConfigError, a ValueError)."""
+    fields = dict(getattr(config, "hbpe_model", None) or {})
+    fields.update({name: getattr(config, name) for name in SHAPE}, io="hierarchical")
+    return ModelConfig.from_dict(fields)
 
 
 @dataclass
@@ -277,12 +139,11 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
 
     def __init__(self, config: HbpeConfig) -> None:
         config.check(model=True)  # before any tensor: a field set after HbpeConfig.__init__ is checked here
+        cfg = model_config(config)
         super().__init__(config)
-        self.latent = Transformer(
-            layers=config.latent_layers, dim=config.latent_dim, ffn=config.latent_ffn, heads=config.latent_heads,
-            theta=config.rope_theta, dropout=config.dropout,
-        )  # fmt: skip
-        self.io = HierarchicalIO(config)
+        io = HierarchicalPatchIO(cfg, vocab_size=config.symbol_vocab_size, max_patch_size=config.max_patch_size)
+        lm = PatchLM(cfg, io)  # hbpe's model; its modules are this one's, under hbpe's names
+        self.cfg, self.latent, self.io = cfg, lm.latent, lm.io
         self.hbpe_tokenizer = None  # HbpeTokenizer: token ids <-> patches; read from the model's folder when first used
         self.post_init()
 
@@ -357,27 +218,17 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
                 f"{shape}: encode text with the export's HbpeTokenizer (`tokenizer.patches(text)`)"
             )
         patches = patches.long()
-        h = self.latent(self.io.encoder(patches[:, :-1]), causal=True)  # (B, T-1, D): h_t = f_theta(g_phi(patch_<=t))
+        h = self.latent(self.io.encode_patches(patches[:, :-1]), causal=True)  # (B, T-1, D): f_theta(g_phi(...))
         tgt = None if labels is None else labels[:, 1:].long()
         return self._decode(h, patches[:, 1:], tgt)
 
     def _forward_ids(
         self, ids: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor | None
     ) -> HbpeCausalLMOutput:
-        """[EOD] + the tokens' patches; left or right padding (attention_mask 0) is masked and never scored."""
-        B, T = ids.shape
+        """[EOD] + the tokens' patches; left or right padding (attention_mask 0) is left out and never scored."""
         real = torch.ones_like(ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         patches = ids_to_patches(self.patch_tokenizer(), ids, real, self.config.eos_token_id).to(ids.device)
-        doc = torch.full((B, 1, patches.shape[-1]), PAD, dtype=torch.long, device=ids.device)
-        doc[:, 0, 0] = EOD
-        inputs = torch.cat([doc, patches[:, :-1]], dim=1)  # (B, T, S): the marker, then tokens 1..T-1
-        keys = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=ids.device), real[:, :-1]], dim=1)  # (B, T)
-        positions = keys.long().cumsum(1) - 1  # each row's own positions: padding does not shift them
-        mask = keys[:, None, None, :] & torch.ones(T, T, dtype=torch.bool, device=ids.device).tril()
-        h = self.latent.attend(self.io.encoder(inputs), positions, mask)[0]  # (B, T, D)
-        # token t is predicted from the last real position before it (the marker, after left padding)
-        last = torch.where(keys, torch.arange(T, device=ids.device), 0).cummax(1).values  # (B, T)
-        h = h.gather(1, last[..., None].expand(-1, -1, h.shape[-1]))
+        h = self._latent_states(patches, real)  # (B, T, D)
         tgt = None
         if labels is not None:
             if bool(((labels != IGNORE) & (labels != ids)).any()):
@@ -389,6 +240,31 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
             tgt = patches.masked_fill(~scored[..., None], PAD)
         return self._decode(h, patches, tgt)
 
+    def _latent_states(self, patches: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """h (B, T, D): at position t, f_theta after the document marker and the row's real tokens before t.
+
+        Each row is hbpe's document: the marker, then its real tokens at positions 0, 1, ... (padding anywhere
+        in the row shifts nothing), through hbpe's own modules as `hbpe eval` runs them, with no mask. Rows
+        with the same number of real tokens run as one batch. A padded position reads the state after the
+        real tokens before it (the marker's, before a left-padded row's first token).
+        """
+        B, T, S = patches.shape
+        counts = real.sum(1)  # (B,)
+        before = real.long().cumsum(1) - real.long()  # (B, T) real tokens before each position
+        marker = torch.full((1, S), PAD, dtype=torch.long, device=patches.device)
+        marker[0, 0] = EOD  # the document marker patch: EOD, then PAD
+        order, states = [], []
+        for n in sorted(set(counts.tolist())):
+            rows = (counts == n).nonzero().squeeze(1)  # (r,)
+            width = min(n + 1, T)  # the marker and the tokens; the last token only where a padded position reads it
+            seq = torch.stack([torch.cat([marker, patches[b][real[b]]])[:width] for b in rows.tolist()])  # (r, w, S)
+            h = self.latent(self.io.encode_patches(seq), causal=True)  # (r, w, D)
+            at = before.index_select(0, rows).clamp_max(width - 1)  # (r, T)
+            states.append(h.gather(1, at[..., None].expand(-1, -1, h.shape[-1])))  # (r, T, D)
+            order.append(rows)
+        inverse = torch.argsort(torch.cat(order))  # (B,) back to the batch's row order
+        return torch.cat(states).index_select(0, inverse)
+
     def _decode(self, h: torch.Tensor, nxt: torch.Tensor, tgt: torch.Tensor | None) -> HbpeCausalLMOutput:
         """h (B, T, D), the patches it predicts (B, T, S) teacher-forced into m_psi, their targets (PAD: not scored)."""
         B, T, S = nxt.shape
@@ -396,8 +272,7 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
         loss = nll = None
         if tgt is not None:
             tgt = tgt.masked_fill(tgt == PAD, IGNORE).reshape(-1)
-            flat = logits.reshape(-1, logits.shape[-1]).float()
-            nll = F.cross_entropy(flat, tgt, ignore_index=IGNORE, reduction="sum")
+            nll = cross_entropy_sum(logits.reshape(-1, logits.shape[-1]), tgt)  # hbpe eval's sum, fp32
             loss = nll / (tgt != IGNORE).sum().clamp_min(1)
         return HbpeCausalLMOutput(loss=loss, nll_sum=nll, logits=logits, hidden_states=h)
 
@@ -407,7 +282,7 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
         """transformers' generate(), each new token a patch of the local decoder (see the class docstring)."""
         config = copy.deepcopy(generation_config if generation_config is not None else self.generation_config)
         config.update(**kwargs)
-        sampling = Sampling.of(config)
+        sampling = sampling_of(config)
         ids = inputs if inputs is not None else kwargs.get("input_ids")
         if isinstance(ids, torch.Tensor):  # before transformers' own code, which fails on them with other words
             check_inputs(ids, kwargs.get("attention_mask"), generate=True)
@@ -417,7 +292,7 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
                 self.hbpe_tokenizer = tokenizer
         self._sampling = sampling
         try:
-            with op_threads(self, 1 if ids is None else ids.shape[0]):
+            with op_threads(self.cfg, self.device, 1 if ids is None else ids.shape[0]):
                 return super().generate(inputs, generation_config=generation_config, **kwargs)
         finally:
             del self._sampling
@@ -430,7 +305,7 @@ class HbpeForCausalLM(HbpePreTrainedModel, GenerationMixin):
         `_is_stateful`): anything but a PatchCache starts this model's."""
         step = cache if cache is not None else past_key_values
         if not isinstance(step, PatchCache):
-            step = PatchCache(self, self.patch_tokenizer(), getattr(self, "_sampling", Sampling()))
+            step = PatchCache(self, self.patch_tokenizer(), getattr(self, "_sampling", None) or sampling_of(None))
         return {"input_ids": input_ids, "attention_mask": attention_mask, CACHE_NAME: step}
 
 

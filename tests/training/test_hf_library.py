@@ -1,0 +1,104 @@
+"""An HF export carries hbpe's own model and generation modules (training/checkpoint/hf_library.py): the copies equal
+the library's modules line for line but their import lines, and transformers loads every one of them."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hbpe.schemas.errors import HbpeError
+from hbpe.training.checkpoint.hf_library import (
+    COPY_FILES,
+    LIBRARY_MODULES,
+    copy_name,
+    module_source,
+    rewrite_imports,
+)
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("hf_modules")
+
+# transformers' own rules (dynamic_module_utils.get_relative_imports), which decide the files it copies
+_RELATIVE = re.compile(r"^\s*from\s+\.(\S+)\s+import", re.MULTILINE)
+_IMPORTS_HBPE = re.compile(r"^\s*(from|import)\s+hbpe\b", re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tiny_run, tmp_path_factory) -> Path:
+    from hbpe.training import export_model
+
+    out = tmp_path_factory.mktemp("hf-library") / "model"
+    export_model(str(tiny_run), str(out), format="hf")
+    return out
+
+
+def _relative_imports(path: Path) -> set[str]:
+    return set(_RELATIVE.findall(path.read_text(encoding="utf-8")))
+
+
+def test_each_copy_is_the_librarys_module_with_only_its_import_lines_changed(hf_dir):
+    for module in LIBRARY_MODULES:
+        library = module_source(module).splitlines()
+        copy = (hf_dir / copy_name(module)).read_text(encoding="utf-8").splitlines()
+        assert len(copy) == len(library), module
+        changed = [(ours, theirs) for ours, theirs in zip(library, copy) if ours != theirs]
+        for ours, theirs in changed:
+            assert re.match(r"\s*from hbpe(\.\w+)+ import ", ours), (module, ours)
+            assert re.match(r"\s*from \.(hbpe_\w+)? ?import ", theirs), (module, theirs)
+
+
+def test_no_shipped_file_imports_hbpe(hf_dir):
+    shipped = sorted(hf_dir.glob("*.py"))
+    assert {p.name for p in shipped} >= set(COPY_FILES) | {"modeling_hbpe.py", "generation_hbpe.py"}
+    for path in shipped:
+        assert not _IMPORTS_HBPE.search(path.read_text(encoding="utf-8")), path.name
+
+
+def test_the_copies_are_closed_and_modeling_names_each_one(hf_dir):
+    """transformers copies a local folder's remote code one import deep: modeling_hbpe.py must import every copy,
+    and the copies import nothing else of the folder's but each other."""
+    stems = {name[:-3] for name in COPY_FILES}
+    top = _relative_imports(hf_dir / "modeling_hbpe.py")
+    assert stems <= top, sorted(stems - top)
+    for name in COPY_FILES:
+        assert _relative_imports(hf_dir / name) <= stems, name
+    assert _relative_imports(hf_dir / "generation_hbpe.py") <= stems
+
+
+def test_the_loaded_model_runs_the_copies_of_hbpes_classes(hf_dir):
+    model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True)
+    package = type(model).__module__.rsplit(".", 1)[0]
+    assert type(model.latent).__module__ == f"{package}.hbpe_layers"
+    assert type(model.io).__module__ == f"{package}.hbpe_patch_io"
+    assert type(model.io.decoder).__module__ == f"{package}.hbpe_local_models"
+    loaded = [sys.modules[m] for m in sys.modules if m.startswith(f"{package}.hbpe_")]
+    assert len(loaded) == len(COPY_FILES)
+    assert all(Path(m.__file__).parent == Path(sys.modules[package].__file__).parent for m in loaded)
+    # the modules compute what hbpe's do: the same state dict through hbpe's own PatchLM
+    from hbpe.training import load_model
+
+    hbpe_model, tok, _ = load_model(str(hf_dir))
+    patches = torch.as_tensor(tok.patches(tok.encode("The State of the Union is strong.")))[None]
+    with torch.no_grad():
+        theirs = model(patches=patches).logits
+        e = hbpe_model.io.encode_patches(patches[:, :-1].long())
+        h = hbpe_model.latent(e, causal=True)
+        ours = hbpe_model.io.decoder(h[0], patches[0, 1:].long())[None]
+    # hbpe's encoder may take its native packed kernel, which the folder does not ship: equal to float rounding
+    torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-5)
+    assert theirs.abs().max() > 1  # trained logits, not zeros
+
+
+def test_an_import_of_a_module_the_folder_does_not_carry_is_refused():
+    with pytest.raises(HbpeError, match=r"line 2 imports hbpe.pipeline.storage, which HF export folders do not carry"):
+        rewrite_imports("x = 1\nfrom hbpe.pipeline.storage import open_uri\n", module="m")
+    with pytest.raises(HbpeError, match=r"line 1 is `import hbpe.schemas`"):
+        rewrite_imports("import hbpe.schemas\n", module="m")
+    kept = "from hbpe.training.model import _patch_attention\n"
+    assert rewrite_imports(kept) == "from . import _patch_attention\n"  # the native kernel: the torch path runs
