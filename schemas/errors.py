@@ -5,6 +5,7 @@ message names the problem, the offending value or file, and the fix.
 """
 
 import os
+import re
 import stat
 
 
@@ -29,6 +30,34 @@ class ConfigError(HbpeError, ValueError):
 
 def one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+# torch re-raises a DataLoader worker's exception in the main process with the worker's whole traceback as its
+# message (torch/_utils.py ExceptionWrapper.reraise): "Caught T in DataLoader worker process N.\nOriginal Traceback
+# (most recent call last): ...", the exception's own `module.T: message` last
+_WORKER = re.compile(r"Caught (?P<type>\w+) (?P<where>in DataLoader worker process \d+)\.\nOriginal Traceback")
+
+
+def unwrap_worker(text: str) -> str:
+    """A worker's exception message as raised, and where, from torch's re-raise of it; other text as it is.
+
+    >>> unwrap_worker("Caught ValueError in DataLoader worker process 1.\\nOriginal Traceback (most recent call last):\\n"
+    ...               '  File "x.py", line 1\\nValueError: bad shard\\n')
+    'bad shard (raised in DataLoader worker process 1)'
+    """
+    m = _WORKER.match(text)
+    if m is None:
+        return text
+    # the last `T: ` at the start of a line or after a module path: the outermost exception of the chain
+    found = list(re.finditer(rf"(?:^|\.){re.escape(m['type'])}: ", text, flags=re.MULTILINE))
+    if not found:
+        return text
+    return f"{text[found[-1].end() :].strip()} (raised {m['where']})"
+
+
+def user_message(e: BaseException) -> str:
+    """What the user reads of an error: its message on one line (a DataLoader worker's unwrapped, unwrap_worker)."""
+    return one_line(unwrap_worker(str(e)))
 
 
 def os_problem(e: OSError) -> str:
@@ -66,7 +95,7 @@ def file_problem(path: str | os.PathLike, *, missing: str = "does not exist") ->
 
 def internal_error_line(e: BaseException) -> str:
     return (
-        f"error: internal error: {type(e).__name__}: {one_line(str(e)) or repr(e)} "
+        f"error: internal error: {type(e).__name__}: {user_message(e) or repr(e)} "
         "(rerun with HBPE_DEBUG=1 for the traceback; please report it)"
     )
 

@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 import click
 
 from hbpe.pipeline.library_chatter import quiet_libraries
-from hbpe.schemas.errors import ConfigError, HbpeError, debug_traceback, internal_error_line, one_line, os_problem
+from hbpe.schemas.errors import ConfigError, HbpeError, debug_traceback, internal_error_line, os_problem, user_message
 from hbpe.schemas.locations import check_location, check_output_prefix, is_uri
 
 log = logging.getLogger("hbpe.cli")
@@ -77,7 +77,7 @@ class Group(click.Group):
             return super().invoke(ctx)
         except HbpeError as e:
             debug_traceback(e)
-            click.echo(f"error: {one_line(str(e))}", err=True)
+            click.echo(f"error: {user_message(e)}", err=True)
             sys.exit(2)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # usage errors, --help, --version: click prints them itself

@@ -11,7 +11,7 @@ from typing import Any
 
 from hbpe.pipeline.library_chatter import quiet_if_asked
 from hbpe.pipeline.parent_watch import exit_with_parent
-from hbpe.schemas.errors import HbpeError, debug_traceback, internal_error_line, one_line, os_problem
+from hbpe.schemas.errors import HbpeError, debug_traceback, internal_error_line, os_problem, user_message
 from hbpe.training.train.config_io import load_config
 from hbpe.training.train.launch_command import RESULT_FILE_ENV
 from hbpe.training.train.trainer import train
@@ -26,7 +26,7 @@ def _internal_error(e: BaseException) -> None:
 def _fail(e: Exception) -> None:
     """One line per rank, in the words and exit statuses of `hbpe train` (schemas/errors.py), never a traceback."""
     if isinstance(e, HbpeError):
-        print(f"error: {one_line(str(e))}", file=sys.stderr, flush=True)
+        print(f"error: {user_message(e)}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     if isinstance(e, OSError) and e.filename is not None:  # else a socket, a pipe, a full disk: not a user's path
         print(f"error: {e.filename}: {os_problem(e)}", file=sys.stderr, flush=True)
