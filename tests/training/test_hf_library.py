@@ -102,3 +102,29 @@ def test_an_import_of_a_module_the_folder_does_not_carry_is_refused():
         rewrite_imports("import hbpe.schemas\n", module="m")
     kept = "from hbpe.training.model import _patch_attention\n"
     assert rewrite_imports(kept) == "from . import _patch_attention\n"  # the native kernel: the torch path runs
+
+
+def test_an_older_python_is_named_before_anything_is_imported(hf_dir):
+    """The copies are hbpe's, which needs Python 3.11: configuration_hbpe.py, the folder's first file transformers
+    reads, refuses an older one with both versions (checked before it imports transformers)."""
+    import subprocess
+
+    from hbpe.training.checkpoint.hf.configuration_hbpe import check_python
+
+    with pytest.raises(ImportError, match=r"needs Python 3\.11 or newer; this is Python 3\.10\.13: load it from"):
+        check_python((3, 10, 13, "final", 0))
+    check_python(tuple(sys.version_info))
+    older = [p for p in (Path.home() / ".pyenv" / "versions").glob("3.10.*/bin/python")]
+    if not older:  # this machine has no Python 3.10: the check above is the test
+        return
+    load = (
+        "import importlib.util, sys; spec = importlib.util.spec_from_file_location('c', sys.argv[1]); "
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))"
+    )
+    done = subprocess.run(
+        [str(older[0]), "-c", load, str(hf_dir / "configuration_hbpe.py")], capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert re.search(
+        r"ImportError: this hbpe export .* needs Python 3\.11 or newer; this is Python 3\.10\.\d+", done.stderr
+    )

@@ -6,8 +6,28 @@ Shipped verbatim in `hbpe export --format hf` folders; imports only transformers
 from __future__ import annotations
 
 import math
+import sys
 
-from transformers import PretrainedConfig
+OLDEST_PYTHON = (3, 11)  # the hbpe_*.py modules of the folder are hbpe's own (typing.Self, ...), as hbpe needs
+
+
+def check_python(version: tuple[int, ...]) -> None:
+    """One ImportError naming both versions where the folder's code cannot run (transformers reads this file first).
+
+    >>> check_python((3, 10, 13))
+    Traceback (most recent call last):
+    ImportError: this hbpe export (hbpe's own model code, hbpe_*.py) needs Python 3.11 or newer; this is Python 3.10.13: ...
+    """
+    if tuple(version[:2]) < OLDEST_PYTHON:
+        raise ImportError(
+            f"this hbpe export (hbpe's own model code, hbpe_*.py) needs Python {'.'.join(map(str, OLDEST_PYTHON))} "
+            f"or newer; this is Python {'.'.join(map(str, version[:3]))}: load it from a Python 3.11+ environment"
+        )
+
+
+check_python(tuple(sys.version_info))  # before transformers: an older Python is named, not a failed import deep inside
+
+from transformers import PretrainedConfig  # noqa: E402
 
 # hbpe's bounds, copied (this file imports no hbpe) and held equal by tests/training/test_hf_guards.py: the model's
 # sizes (schemas/train_config.py MODEL_SIZE_LIMITS), V' and S (schemas/tokenizer_artifact.py MAX_VOCAB_SIZE,
