@@ -3,16 +3,22 @@
 The same functions as the Beam steps, in the same order, so the output is byte-identical:
 
     summaries = encode_unit(u) for each pending unit           # units.py, what EncodeUnits runs
-    plan      = plan_shards(summaries)                          # shards.py, what PlanShards runs
-    entries   = write_shard(t) for each shard task              # shards.py, what WriteMdsShards runs
+    plan      = plan_shards(summaries)                          # shard_tasks.py, what PlanShards runs
+    entries   = write_shard(t) for each shard task              # shard_tasks.py, what WriteMdsShards runs
     manifest  = finalize_output(entries, summaries, plan)       # finalize.py, what FinalizeOutput runs
+
+without Beam's barrier between the first two: a full shard is written as soon as the units up to
+its end (in unit order) are encoded (`ReadyShards`, the same task plan_shards gives it), while
+later units still encode, so its compression overlaps their encoding; plan_shards, once every
+unit is in, leaves only the last shard (and checks that it cut the others the same way).
 
 Work goes to a pool of worker processes, forked from the launcher once at the start (they
 inherit the loaded tokenizer: no second load, no Beam import, ~10 ms to start); a single
-unit or shard runs in the launcher itself. Units are encoded on tiktoken threads, about two
+unit runs in the launcher itself. Units are encoded on tiktoken threads, about two
 per core in all (tiktoken releases the GIL: 2 threads encode 1.95x as fast as one here), so
 a unit left alone at the end still uses every core. Shards go to the processes too, one each (the
-`zstd` module already compresses on a thread per core; its output does not depend on how many).
+`zstd` module already compresses on a thread per core; its output does not depend on how many), ahead of
+the units still waiting: at most one task per process is in flight, and a ready shard takes the next free one.
 
 Given an `executor` (a Dask cluster's, dask_cluster.py), every unit and shard is a task on it
 instead, one tiktoken thread each (a Dask worker is a process per core); a worker loads the
@@ -25,14 +31,15 @@ import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from hbpe.pipeline.beam import fs
 from hbpe.pipeline.beam.finalize import FinalizeContext, finalize_output
-from hbpe.pipeline.beam.shard_tasks import ShardTask, plan_shards, write_shard
+from hbpe.pipeline.beam.shard_tasks import ReadyShards, ShardPlan, ShardTask, plan_shards, write_shard
 from hbpe.pipeline.beam.units import UnitSummary, encode_unit
 from hbpe.pipeline.corpus.documents import RecordPolicy
 from hbpe.pipeline.corpus.files import WorkUnit
@@ -72,18 +79,10 @@ def run_inprocess(
     pool = executor or (_start_pool(staging, workers) if workers > 1 else None)
     on_running()
     try:
-        summaries = dict(done)
         threads = 1 if executor else _threads_per_unit(workers, len(pending))
         args = (staging, policy, cfg.text_unit, cfg.encode_batch_docs, threads)
-        encode_on = pool if len(pending) > 1 or executor else None  # one unit: here, on tiktoken threads
-        for s in _map(encode_on, _encode, [(u, keys.get(u.index, ""), *args) for u in pending]):
-            summaries[s.index] = s
-        units = [summaries[i] for i in sorted(summaries)]
-        S = tok.max_patch_size
-        plan = plan_shards(units, seq_len=cfg.seq_len, samples_per_shard=cfg.samples_per_shard(S), tail=cfg.tail)
-        write_on = pool if len(plan.tasks) > 1 or executor else None
-        write = [(t, staging, cfg.seq_len, cfg.store_patches) for t in plan.tasks]
-        entries = list(_map(write_on, _write, write))
+        encode = [(u, keys.get(u.index, ""), *args) for u in pending]
+        units, plan, entries = _encode_and_write(tok, cfg, encode, done, staging, pool, executor is not None, workers)
     except BaseException as e:
         if executor is not None:
             executor.shutdown(wait=False)  # cancels what has not run; the cluster's owner stops what runs
@@ -109,15 +108,96 @@ def _threads_per_unit(workers: int, units: int) -> int:
     return min(workers, max(1, -(-2 * workers // in_flight)))
 
 
-def _map(pool: Executor | None, fn: Callable, tasks: list[tuple]) -> Any:
-    """fn(*task) for every task, in this process or on the pool, yielding results as they finish."""
-    if pool is None:
-        for t in tasks:
-            yield fn(*t)
-        return
-    futures = [pool.submit(fn, *t) for t in tasks]
-    for f in as_completed(futures):
-        yield f.result()
+def _encode_and_write(
+    tok: HierarchicalTokenizer,
+    cfg: ConvertConfig,
+    encode: list[tuple],
+    done: dict[int, UnitSummary],
+    staging: str,
+    pool: Executor | None,
+    remote: bool,
+    workers: int,
+) -> tuple[list[UnitSummary], ShardPlan, list[tuple[int, dict[str, Any]]]]:
+    """Encode the units (`encode`: _encode's arguments) and write every shard, each as soon as it is fixed.
+
+    Returns every unit (`done` too), the plan and the shards' (index, MDS entry). A single unit runs
+    here, on tiktoken threads; the shards go to the pool where there is one.
+    """
+    spp = cfg.samples_per_shard(tok.max_patch_size)
+    order = sorted({*done, *(a[0].index for a in encode)})
+    ready = ReadyShards(order, seq_len=cfg.seq_len, samples_per_shard=spp)
+    tasks = _Tasks(pool, limit=sys.maxsize if remote else workers)  # Dask schedules a cluster's tasks itself
+    early: list[ShardTask] = []
+    summaries = dict(done)
+
+    def write(shards: Sequence[ShardTask], *, first: bool = True) -> None:
+        # on the pool even the last one alone: written here, it kept the pool's queue thread from the GIL, and the
+        # shard queued just before it waited for it (traced: the last two shards one after the other, not together)
+        tasks.add([(_write, (t, staging, cfg.seq_len, cfg.store_patches)) for t in shards], first=first)
+
+    def record(s: UnitSummary) -> ShardPlan | None:
+        """Record a unit, write what it fixes; after the last one, the plan, and its last shard written."""
+        summaries[s.index] = s
+        early.extend(shards := ready.add(s))
+        write(shards)
+        if len(summaries) < len(order):
+            return None
+        plan = plan_shards([summaries[i] for i in order], seq_len=cfg.seq_len, samples_per_shard=spp, tail=cfg.tail)
+        if plan.tasks[: len(early)] != tuple(early):
+            raise HbpeError("internal: the shards written while encoding differ from the plan; report this bug")
+        rest = plan.tasks[len(early) :]
+        write(rest, first=False)
+        return plan
+
+    plan = None
+    for s in done.values():
+        plan = record(s) or plan
+    tasks.add([(_encode, a) for a in encode], here=len(encode) == 1 and not remote)  # one unit: here, all threads
+    entries = []
+    for fn, result in tasks.results():
+        if fn is _write:
+            entries.append(result)
+        else:
+            plan = record(result) or plan
+    if plan is None:  # no unit at all
+        plan = plan_shards([], seq_len=cfg.seq_len, samples_per_shard=spp, tail=cfg.tail)
+    return [summaries[i] for i in order], plan, entries
+
+
+class _Tasks:
+    """Tasks on a pool, at most `limit` in flight, or here (no pool, or `here`), in queue order.
+
+    The in-process runner's scheduler: a shard fixed while units wait is queued first, so it takes
+    the next free process instead of waiting for every unit; `results` goes on with tasks added
+    while it runs.
+    """
+
+    def __init__(self, pool: Executor | None, *, limit: int) -> None:
+        self.pool, self.limit = pool, limit
+        self.waiting: deque[tuple[Callable, tuple, bool]] = deque()
+        self.running: dict[Future, Callable] = {}
+
+    def add(self, tasks: list[tuple[Callable, tuple]], *, first: bool = False, here: bool = False) -> None:
+        """Queue (fn, args) tasks in order, at the front with `first`; `here`: run them in this process."""
+        items = [(fn, args, here or self.pool is None) for fn, args in tasks]
+        if first:
+            self.waiting.extendleft(reversed(items))
+        else:
+            self.waiting.extend(items)
+
+    def results(self) -> Iterator[tuple[Callable, Any]]:
+        """(fn, fn(*args)) for every task as it finishes, including tasks queued meanwhile."""
+        while self.waiting or self.running:
+            if self.waiting and (self.waiting[0][2] or len(self.running) < self.limit):
+                fn, args, here = self.waiting.popleft()
+                if here:
+                    yield fn, fn(*args)
+                else:
+                    self.running[self.pool.submit(fn, *args)] = fn
+                continue
+            finished, _ = wait(self.running, return_when=FIRST_COMPLETED)
+            for f in finished:
+                yield self.running.pop(f), f.result()
 
 
 def _encode(

@@ -4,7 +4,10 @@ The stream is the concatenation of the unit streams in unit order (files sorted,
 documents in file order). Sample k covers stream positions [kN, (k+1)N); shard j
 holds samples [jM, (j+1)M). Once every unit's length is known, each shard knows
 exactly which byte ranges of which unit files it needs, so shards are written in
-parallel and deterministically, by whichever runner.
+parallel and deterministically, by whichever runner. A full shard's place needs less: only
+the lengths of the units up to its end, in unit order, so `ReadyShards` hands it out while
+later units still encode (the in-process runner writes it then) and plan_shards gives the
+same task for it at the end.
 
 Shards are encoded by `hbpe.pipeline.shards.mds_format` (byte-identical to streaming's
 MDSWriter, without importing streaming in every worker). This module does not import
@@ -13,6 +16,7 @@ Beam, so the in-process runner can use it; the Beam step is `write_shards.WriteM
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +93,53 @@ def plan_shards(units: list[UnitSummary], *, seq_len: int, samples_per_shard: in
         tasks.append(ShardTask(j, first, n, _pieces(units, starts, lo, hi), int(pad)))
     tail = _pieces(units, starts, total - dropped, total) if dropped else ()
     return ShardPlan(tuple(tasks), int(total), samples, int(dropped), int(padded), tail)
+
+
+class ReadyShards:
+    """The full shards that the units encoded so far fix, as plan_shards will cut them, handed out once each.
+
+    Units come in any order; shard j is ready once the units of the in-order prefix reach position
+    (j+1)MN of the stream. Units of 5 and 6 patches at N=4, M=1 (unit 1 first: nothing is fixed yet):
+
+    >>> r = ReadyShards([0, 1, 2], seq_len=4, samples_per_shard=1)
+    >>> [t.pieces for t in r.add(UnitSummary(1, stream_patches=6))]
+    []
+    >>> [t.pieces for t in r.add(UnitSummary(0, stream_patches=5))]
+    [((0, 0, 4),), ((0, 4, 5), (1, 0, 3))]
+
+    Positions 8 to 11 wait for unit 2 (they may end a shard or a sample short of one: a tail).
+    Work stays linear in the units: only those the next shard may still need are kept.
+    """
+
+    def __init__(self, order: list[int], *, seq_len: int, samples_per_shard: int) -> None:
+        self._order, self._spp, self._len = order, samples_per_shard, seq_len * samples_per_shard
+        self._known: dict[int, UnitSummary] = {}  # encoded, not yet in the prefix
+        self._prefix = 0  # units of `order` encoded, as a prefix
+        self._window: deque[UnitSummary] = deque()  # prefix units the next shard may still need
+        self._window_start = 0  # stream position where the window's first unit starts
+        self._end = 0  # stream position where the prefix ends
+        self.handed_out = 0  # shards 0 .. handed_out - 1 are ready and returned
+
+    def add(self, unit: UnitSummary) -> list[ShardTask]:
+        """Record one encoded unit; returns the shards it makes ready (in shard order, none twice)."""
+        self._known[unit.index] = unit
+        while self._prefix < len(self._order) and self._order[self._prefix] in self._known:
+            u = self._known.pop(self._order[self._prefix])
+            self._window.append(u)
+            self._end += u.stream_patches
+            self._prefix += 1
+        tasks = []
+        while (self.handed_out + 1) * self._len <= self._end:
+            j = self.handed_out
+            units = list(self._window)
+            starts = self._window_start + np.cumsum([0] + [u.stream_patches for u in units])
+            pieces = _pieces(units, starts, j * self._len, (j + 1) * self._len)
+            tasks.append(ShardTask(j, j * self._spp, self._spp, pieces, 0))
+            self.handed_out += 1
+            # a unit that ends where the next shard starts gives it no piece
+            while self._window and self._window_start + self._window[0].stream_patches <= (j + 1) * self._len:
+                self._window_start += self._window.popleft().stream_patches
+        return tasks
 
 
 def build_samples(
