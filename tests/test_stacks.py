@@ -57,14 +57,31 @@ def test_pyproject_ranges_hold_the_stack(stack):
     assert not outside
 
 
-def test_requires_python_admits_the_python_of_both_stacks():
+def _make(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["make", "-s", "--no-print-directory", "-C", str(REPO), *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_requires_python_admits_exactly_the_pythons_the_stacks_are_tested_on():
     requires = SpecifierSet(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"])
-    makefile = (REPO / "Makefile").read_text()
-    current = re.search(r"--python-version (\d+\.\d+)", makefile)[1]  # what make lock-current resolves for
-    assert current == "3.12" and "sys.version_info[:2] == (3, 12)" in makefile  # and the venv it builds runs
+    current = _make("current-pythons").stdout.split()  # the Pythons CI runs the current tier on (.ci/run asks this)
+    assert "3.12" in current
+    tested = ["3.11", *current]  # the pinned stack's (.venv) and the current stack's
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
-    assert running in ("3.11", "3.12") and running in requires  # the pinned stack's Python or the current one's
-    assert "3.11" in requires and "3.12" in requires and "3.13" not in requires  # no Python claimed untested
+    assert running in tested
+    admitted = [v for v in (f"3.{minor}" for minor in range(8, 20)) if v in requires]
+    assert admitted == sorted(tested, key=Version)  # none left out, and none claimed untested
+
+
+def test_each_current_python_is_looked_up_at_its_version_and_no_other_is_taken():
+    for version in _make("current-pythons").stdout.split():
+        found = _make("python-current", f"PYTHON_CURRENT_VERSION={version}").stdout.strip()
+        if found:  # none on a machine without that Python: .ci/run then says the tier was not run there
+            r = subprocess.run([found, "-c", "import sys; print(*sys.version_info[:2], sep='.')"], capture_output=True)
+            assert r.stdout.decode().strip() == version, found
+    r = _make("python-current", "PYTHON_CURRENT_VERSION=3.10")
+    assert r.returncode != 0 and "the current stack is tested on Python 3.12 3.13 only" in r.stderr
 
 
 def test_the_current_list_holds_each_override_past_the_pins_it_replaces():

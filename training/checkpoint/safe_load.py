@@ -139,6 +139,7 @@ _DCP_METADATA_GLOBALS = {
     "torch.serialization": {"_get_layout"},
     "torch": {"Size"},  # and the dtypes, checked by value in find_class
     "pathlib": {"PosixPath", "PurePosixPath"},
+    "pathlib._local": {"PosixPath", "PurePosixPath"},  # the same classes, as Python 3.13 pickles them
     "collections": {"OrderedDict"},
 }
 
