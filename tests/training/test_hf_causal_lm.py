@@ -170,6 +170,12 @@ def test_an_all_zero_attention_mask_row_is_the_empty_prompt_hbpe_generate_contin
     assert _new_text(tok, alone, 1) == [text]
     hbpe_model, hbpe_tok, _ = load_model(str(lively))
     assert generate(hbpe_model, hbpe_tok, "", max_bytes=len(text.encode())).text == text and len(set(text)) > 3
+    # the empty row's latent model reads the document marker alone, not its padding as more markers (whose states
+    # barely differ from one marker's: the texts above cannot tell)
+    cache = model.prepare_inputs_for_generation(enc["input_ids"])[sys.modules[type(model).__module__].CACHE_NAME]
+    with torch.inference_mode():
+        cache.step(enc["input_ids"], enc["attention_mask"])
+    assert cache.m.positions == [1, 1 + int(enc["attention_mask"][1].sum())]
 
 
 def test_generate_stops_at_eos_token_id_and_refuses_what_it_cannot_honour(hf):
@@ -294,3 +300,178 @@ def test_a_save_pretrained_config_that_is_not_an_hbpe_description_is_one_error(t
     (tmp_path / "model.safetensors").write_bytes(b"\0" * 16)
     r = CliRunner().invoke(main, ["generate", "--checkpoint", str(tmp_path), "--prompt", "x"])
     cli_fails(r, 2, message)
+
+
+def test_rows_padded_on_either_side_or_empty_score_as_each_row_alone(hf, sample_texts):
+    """An empty prompt and texts of three lengths, in an order the model's row grouping (by length) reorders, padded
+    left and then right, with labels = input_ids padding included: each row's logits at its tokens are the row's
+    alone, every position holds the latent state after the marker and the row's real tokens before it (a padded
+    one too: the marker's for the empty row), and only real tokens are scored."""
+    model, tok = hf
+    texts = [sample_texts[1][:100], "", sample_texts[0][:300], PROMPTS[2]]
+    eos = torch.tensor([tok.eos_token_id])
+    with torch.inference_mode():
+        for side in ("left", "right"):
+            tok.padding_side = side
+            enc = tok(texts, return_tensors="pt", padding=True)
+            batch = model(**enc, labels=enc["input_ids"])  # padding is never scored, whatever its label
+            nll = 0.0
+            for b in range(len(texts)):
+                real = enc["attention_mask"][b].bool()
+                ids = enc["input_ids"][b][real][None]  # (1, n)
+                after = model(input_ids=torch.cat([ids[0], eos])[None]).hidden_states[0]  # (n + 1, D): after 0..n
+                before = real.long().cumsum(0) - real.long()  # real tokens before each position
+                torch.testing.assert_close(batch.hidden_states[b], after[before], rtol=1e-5, atol=1e-5)
+                if ids.shape[1]:
+                    alone = model(input_ids=ids, labels=ids)
+                    torch.testing.assert_close(batch.logits[b][real], alone.logits[0], rtol=1e-5, atol=1e-5)
+                    nll += float(alone.nll_sum)
+            assert float(batch.nll_sum) == pytest.approx(nll, rel=1e-5)
+
+
+def _greedy_patch(hbpe_model, hbpe_tok, context: list[list[int]]) -> list[int]:
+    """The symbols of the patch hbpe's greedy decoding emits after the latent model reads `context` (patches, the
+    document marker first), through hbpe's own KV-cached modules."""
+    from hbpe.training.inference.kv_decode import CachedPatchLM
+    from hbpe.training.inference.patch_decode import decode_patches
+    from hbpe.training.inference.sampling import Sampling
+
+    m = CachedPatchLM(hbpe_model)
+    h = m.prefill([context])  # (1, D)
+    ends, S = hbpe_tok.symbol_ends_patch, hbpe_tok.max_patch_size
+    [symbols] = decode_patches(m, h, ends=ends, max_patch_size=S, sampling=Sampling(), gens=[None])
+    return symbols
+
+
+def _prompt_context(hbpe_model, hbpe_tok, prompt: str) -> list[list[int]]:
+    """The document marker and the prompt's patches, as `hbpe generate` starts."""
+    from hbpe.schemas.symbols import EOD
+    from hbpe.training.schemes.registry import scheme_spec
+
+    return [[EOD], *scheme_spec(hbpe_model.cfg).prompt_patches(hbpe_tok, prompt)]
+
+
+def test_a_patch_that_ends_the_document_gives_its_bytes_then_eos_as_hbpe_generate_ends(lively, hf):
+    """The lively model never ends a document, so EOD's row of m_psi's head is set to 1.05 times that of the symbol
+    greedy decoding picks 4th in the first patch after PROMPTS[0] (in hbpe's model and the HF one alike): EOD comes
+    mid-patch. Each row of a batch writes what `hbpe generate` writes: the bytes before EOD as tokens, then eos
+    (`stopped` "eod") and only padding after, each row ending at its own step."""
+    from hbpe.schemas.symbols import EOD
+    from hbpe.training import load_model
+    from hbpe.training.inference.generate import generate
+
+    model, tok = hf
+    hbpe_model, hbpe_tok, _ = load_model(str(lively))
+    s = _greedy_patch(hbpe_model, hbpe_tok, _prompt_context(hbpe_model, hbpe_tok, PROMPTS[0]))[3]
+    with torch.no_grad():
+        for m in (hbpe_model, model):
+            m.io.decoder.head.weight[EOD] = m.io.decoder.head.weight[s] * 1.05
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    T = enc["input_ids"].shape[1]
+    res = model.generate(**enc, max_new_tokens=16, return_dict_in_generate=True)
+    out, ended = res.sequences, []
+    for prompt, row in zip(PROMPTS, out[:, T:].tolist()):
+        n = row.index(tok.eos_token_id) if tok.eos_token_id in row else len(row)
+        text = tok.decode(row[:n])
+        want = generate(hbpe_model, hbpe_tok, prompt, max_bytes=200 if n < len(row) else len(text.encode()))
+        assert want.text == prompt + text and (want.stopped == "eod") == (n < len(row))
+        assert set(row[n:]) <= {tok.eos_token_id}
+        ended.append(n < len(row))
+    assert ended[0] and len(out[0, T:].tolist()) > 1 and out[0, T] != tok.eos_token_id  # bytes before EOD
+    assert [row.done for row in res.past_key_values.rows] == ended  # the cache takes no further patch for them
+
+
+def test_generate_ends_where_the_latent_context_is_full_as_hbpe_generate_does(lively, hf_modules, sample_texts):
+    """With model.max_patches 6 beyond the prompt, greedy text stops (eos) where `hbpe generate` stops for a full
+    context (`stopped` "context"), a patch of several tokens included; a prompt the context cannot hold is refused."""
+    import dataclasses
+
+    from hbpe.training import load_model
+    from hbpe.training.inference.generate import generate
+
+    tok = transformers.AutoTokenizer.from_pretrained(lively, trust_remote_code=True)
+    enc = tok(PROMPTS[0], return_tensors="pt")
+    n = enc["input_ids"].shape[1]
+    limit = n + 1 + 6  # the marker, the prompt, 6 patches
+    model = transformers.AutoModelForCausalLM.from_pretrained(lively, trust_remote_code=True, max_patches=limit)
+    hbpe_model, hbpe_tok, _ = load_model(str(lively))
+    hbpe_model.cfg = dataclasses.replace(hbpe_model.cfg, max_patches=limit)
+    row = model.eval().generate(**enc, max_new_tokens=60)[0, n:].tolist()
+    assert row[-1] == tok.eos_token_id and len(row) < 60
+    want = generate(hbpe_model, hbpe_tok, PROMPTS[0], max_bytes=10_000)
+    assert want.stopped == "context" and want.text == PROMPTS[0] + tok.decode(row[:-1])
+    assert len(row) - 1 > want.patches  # several tokens in a patch
+    ids = torch.tensor([tok(sample_texts[0])["input_ids"][:limit]])
+    with pytest.raises(ValueError, match=rf"^prompt 0 is {limit} tokens and the model's context holds {limit} patches"):
+        model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=2)
+
+
+class _Force(transformers.LogitsProcessor):
+    """Each row's token at length `at` is `token`, whatever the model chose (a caller's logits processor)."""
+
+    def __init__(self, at: int, token: int) -> None:
+        self.at, self.token = at, token
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if input_ids.shape[1] != self.at:
+            return scores
+        forced = torch.full_like(scores, float("-inf"))
+        forced[:, self.token] = 0.0
+        return forced
+
+
+def test_a_token_the_model_did_not_emit_is_read_as_its_own_patch_after_those_fed_back(lively, hf):
+    """PROMPTS[0]'s first two generated patches are several tokens each. A token forced in place of one of them
+    (the first, the third, the seventh) is read by the latent model as its own patch, after the tokens of the same
+    patch already fed back (each its own patch too) and the patches hbpe read before: the next patch is the one
+    hbpe's modules decode after that context, and from a prompt ending in those tokens generation goes on alike."""
+    from hbpe.training import load_model
+    from hbpe.training.inference.patch_decode import next_patches
+
+    model, tok = hf
+    hbpe_model, hbpe_tok, _ = load_model(str(lively))
+    enc = tok(PROMPTS[0], return_tensors="pt")
+    prompt, n = enc["input_ids"][0].tolist(), enc["input_ids"].shape[1]
+    free = model.generate(**enc, max_new_tokens=8)[0, n:].tolist()
+    context = _prompt_context(hbpe_model, hbpe_tok, PROMPTS[0])
+    first = _greedy_patch(hbpe_model, hbpe_tok, context)
+    data = hbpe_tok.decode_symbols_bytes(first)
+    assert tok.decode(free[:5]).encode() == data  # the first patch is 5 tokens, the second starts at the 6th
+    x = tok(" the")["input_ids"][0]
+    second = context + next_patches(first, data, hbpe_tok)  # what the latent model reads once the 5 tokens are out
+    # k: the forced token's place; read: the patches hbpe read before; start: the first token of the current patch
+    for k, read, start in ((0, context, 0), (2, context, 0), (6, second, 5)):
+        force = transformers.LogitsProcessorList([_Force(n + k, x)])
+        res = model.generate(**enc, max_new_tokens=k + 8, logits_processor=force, return_dict_in_generate=True)
+        out = res.sequences[0]
+        assert out[: n + k + 1].tolist() == prompt + free[:k] + [x] != prompt + free[: k + 1]
+        fed = [list(tok.token_patch(i)) for i in [*free[start:k], x]]
+        after = hbpe_tok.decode_symbols_bytes(_greedy_patch(hbpe_model, hbpe_tok, read + fed))
+        assert tok.decode(out[n + k + 1 :]).encode().startswith(after) and after
+        if k < 5:  # the lively model's text barely depends on what the latent model read: its positions do
+            again = model.generate(input_ids=out[None, : n + k + 1], max_new_tokens=7, return_dict_in_generate=True)
+            assert torch.equal(out, again.sequences[0])
+            assert res.past_key_values.m.positions == again.past_key_values.m.positions
+
+
+def test_patches_of_s_symbols_without_eop_are_re_encoded_as_hbpe_generate_does(lively, hf):
+    """With the head rows of every symbol that ends a patch (and EOD's) zeroed, in hbpe's model and the HF one alike,
+    greedy decoding never closes a patch before S symbols: each patch is re-encoded by the tokenizer's
+    out-of-vocabulary rule (several latent positions, a different number per row) and the batch writes what
+    `hbpe generate` writes for each prompt."""
+    from hbpe.schemas.symbols import EOD
+    from hbpe.training import load_model
+    from hbpe.training.inference.generate import generate
+
+    model, tok = hf
+    hbpe_model, hbpe_tok, _ = load_model(str(lively))
+    closing = [s for s, ends in enumerate(hbpe_tok.symbol_ends_patch) if ends] + [EOD]
+    with torch.no_grad():
+        for m in (hbpe_model, model):
+            m.io.decoder.head.weight[closing] = 0.0  # logit 0: below the largest of the others
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    T = enc["input_ids"].shape[1]
+    for prompt, text in zip(PROMPTS, _new_text(tok, model.generate(**enc, max_new_tokens=24), T)):
+        want = generate(hbpe_model, hbpe_tok, prompt, max_bytes=len(text.encode()))
+        assert want.text == prompt + text and len(set(text)) > 3
+        assert want.symbols % hbpe_tok.max_patch_size == 0  # every patch S symbols

@@ -163,3 +163,16 @@ def test_remote_code_is_imported_from_this_tests_own_modules_folder(export_dir, 
     assert (hf_modules / "transformers_modules" / "model" / "modeling_hbpe.py").is_file() is False  # not loaded yet
     transformers.AutoModelForCausalLM.from_pretrained(export_dir, trust_remote_code=True)
     assert (hf_modules / "transformers_modules" / "model" / "modeling_hbpe.py").is_file()
+
+
+def test_labels_that_are_not_the_input_ids_are_one_error(hf):
+    """A causal LM's labels are its input_ids (-100 where not scored): labels shifted by the caller, as some
+    training loops do, would score each token as its successor's prediction."""
+    model, tok = hf
+    enc = tok(["The State of the Union", "In"], return_tensors="pt", padding=True)
+    ids = enc["input_ids"]
+    shifted = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)
+    with pytest.raises(ValueError, match=r"^labels differ from input_ids where they are scored: a causal LM's labels"):
+        model(**enc, labels=shifted)
+    out = model(**enc, labels=ids.masked_fill(enc["attention_mask"] == 0, -100))  # the ids themselves: scored
+    assert torch.isfinite(out.loss) and float(out.loss) > 0
