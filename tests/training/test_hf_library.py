@@ -128,3 +128,23 @@ def test_an_older_python_is_named_before_anything_is_imported(hf_dir):
     assert re.search(
         r"ImportError: this hbpe export .* needs Python 3\.11 or newer; this is Python 3\.10\.\d+", done.stderr
     )
+
+
+def test_a_patch_without_eop_is_re_encoded_as_hbpe_generate_re_encodes_it(hf_dir):
+    """S symbols without EOP are not a patch the latent model ever read: generate() hands it the bytes re-encoded by
+    the tokenizer's out-of-vocabulary rule (hbpe_patch_decode.next_patches, as `hbpe generate` does), and returns
+    their first-stage tokens."""
+    from hbpe.training import load_model
+    from hbpe.training.inference.patch_decode import next_patches
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(hf_dir, trust_remote_code=True)
+    _, tok, _ = load_model(str(hf_dir))
+    data = b"Fellow-Citizens of the Senate"[: tok.max_patch_size]
+    symbols = list(data)  # raw byte symbols, none of which ends a patch
+    cache_name = sys.modules[type(model).__module__].CACHE_NAME
+    cache = model.prepare_inputs_for_generation(torch.tensor([[hf_tok.eos_token_id]]))[cache_name]
+    tokens, patches = cache._resolve(symbols)
+    assert patches == next_patches(symbols, data, tok) == tok.encode_bytes(data)
+    assert patches != [symbols] and sum(map(len, patches)) < len(symbols)  # merged: not the raw bytes as read
+    assert hf_tok.decode(tokens) == data.decode() and tokens == tok.encoding.encode_ordinary(data.decode())
