@@ -48,11 +48,12 @@ def unwrap_worker(text: str) -> str:
     m = _WORKER.match(text)
     if m is None:
         return text
-    # the last `T: ` at the start of a line or after a module path: the outermost exception of the chain
-    found = list(re.finditer(rf"(?:^|\.){re.escape(m['type'])}: ", text, flags=re.MULTILINE))
+    # the last `T: ` (or a bare `T` line: an exception without a message) at the start of a line or after a module
+    # path: the outermost exception of the chain
+    found = list(re.finditer(rf"(?:^|\.){re.escape(m['type'])}(?:: |$)", text, flags=re.MULTILINE))
     if not found:
         return text
-    return f"{text[found[-1].end() :].strip()} (raised {m['where']})"
+    return f"{text[found[-1].end() :].strip()} (raised {m['where']})".lstrip()
 
 
 def user_message(e: BaseException) -> str:

@@ -58,7 +58,8 @@ def test_an_error_of_the_process_itself_is_left_as_it_is():
 
 def test_the_cli_prints_a_workers_error_as_one_line(tmp_path):
     script = tmp_path / "cli.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import torch
         from hbpe.cli.common import Group
         from hbpe.schemas.errors import ArtifactError
@@ -76,8 +77,23 @@ def test_the_cli_prints_a_workers_error_as_one_line(tmp_path):
             list(torch.utils.data.DataLoader(Bad(), num_workers=1))
 
         group(["read"])
-    """))
+    """)
+    )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == f"error: {MESSAGE} (raised in DataLoader worker process 0)"
     assert "Traceback" not in done.stderr
+
+
+def test_a_workers_error_without_a_message_is_its_type_and_the_worker():
+    """A bare `assert` or `raise NotImplementedError` in a worker: no `T: message` line ends torch's text."""
+
+    class _Bare(_BadShard):
+        def __getitem__(self, i: int) -> int:
+            raise NotImplementedError
+
+    e = _worker_error(_Bare())
+    assert user_message(e) == "(raised in DataLoader worker process 0)"
+    line = internal_error_line(e)
+    assert line.startswith("error: internal error: NotImplementedError: (raised in DataLoader worker process 0) (rerun")
+    assert "Traceback" not in line

@@ -148,3 +148,23 @@ def test_a_patch_without_eop_is_re_encoded_as_hbpe_generate_re_encodes_it(hf_dir
     assert patches == next_patches(symbols, data, tok) == tok.encode_bytes(data)
     assert patches != [symbols] and sum(map(len, patches)) < len(symbols)  # merged: not the raw bytes as read
     assert hf_tok.decode(tokens) == data.decode() and tokens == tok.encoding.encode_ordinary(data.decode())
+
+
+def test_an_export_over_one_with_copies_of_other_modules_replaces_them(hf_dir, tiny_run, tmp_path):
+    """An export written by another hbpe carries other hbpe_*.py copies (a module added or dropped since): --overwrite
+    replaces it whole, and a plain export over it leaves none of them."""
+    import shutil
+
+    from hbpe.training import export_model
+
+    old = Path(shutil.copytree(hf_dir, tmp_path / "old"))
+    (old / "hbpe_dropped_since.py").write_text("x = 1\n")
+    export_model(str(tiny_run), str(old), format="hf", overwrite=True)
+    assert not (old / "hbpe_dropped_since.py").exists()
+    assert {p.name for p in old.glob("hbpe_*.py")} == set(COPY_FILES)
+    (old / "hbpe_dropped_since.py").write_text("x = 1\n")
+    export_model(str(tiny_run), str(old), overwrite=True)  # plain: no transformers files left
+    assert not list(old.glob("hbpe_*.py"))
+    (old / "hbpe_notes.txt").write_text("mine")  # not a module copy: still the user's file, refused
+    with pytest.raises(HbpeError, match=r"holds files hbpe export did not write \(hbpe_notes\.txt\)"):
+        export_model(str(tiny_run), str(old), format="hf", overwrite=True)

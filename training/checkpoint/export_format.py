@@ -43,6 +43,7 @@ from hbpe.schemas.errors import ArtifactError, ConfigError, file_problem
 from hbpe.schemas.train_config import ModelConfig
 from hbpe.training.checkpoint.entropy_files import locate_entropy_model
 from hbpe.training.checkpoint.hf_export import HF_FILES, remove_hf_files, write_hf_files
+from hbpe.training.checkpoint.hf_library import is_library_copy
 from hbpe.training.checkpoint.load_checks import (
     check_tokenizer_shape,
     check_weight_shapes,
@@ -115,7 +116,7 @@ def _refuse_out(out: str, names: set[str], has_description: bool, *, overwrite: 
     and nothing else."""
     if not names:
         return
-    others = sorted(names - set(_OURS))
+    others = sorted(n for n in names - set(_OURS) if not is_library_copy(n))  # any hbpe's module copies are ours
     if others:
         raise ConfigError(
             f"--out {out} holds {kind} hbpe export did not write ({', '.join(others[:3])}); choose an empty or new "

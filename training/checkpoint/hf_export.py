@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hbpe.schemas.errors import ConfigError
-from hbpe.training.checkpoint.hf_library import COPY_FILES, write_library_copies
+from hbpe.training.checkpoint.hf_library import COPY_FILES, is_library_copy, write_library_copies
 from hbpe.training.schemes.registry import scheme_spec
 
 HF_SOURCES = ("configuration_hbpe.py", "modeling_hbpe.py", "generation_hbpe.py", "tokenization_hbpe.py")
@@ -124,3 +124,6 @@ def remove_hf_files(dest: Path) -> None:
     """A plain export over an earlier HF export: no config.json left to describe weights it no longer fits."""
     for name in HF_FILES:
         (dest / name).unlink(missing_ok=True)
+    for path in dest.glob("hbpe_*.py"):  # module copies another hbpe wrote too (a module added or dropped since)
+        if is_library_copy(path.name):
+            path.unlink()

@@ -50,6 +50,15 @@ _FROM = re.compile(r"^(?P<indent>[ \t]*)from (?P<module>hbpe(?:\.\w+)*) import (
 _IMPORT = re.compile(r"^[ \t]*import hbpe\b")
 
 
+_COPY_NAME = re.compile(r"hbpe_\w+\.py")
+
+
+def is_library_copy(name: str) -> bool:
+    """Whether a file name is one an HF export's module copies take, this hbpe's or another's (a module added or
+    dropped since): `hbpe export --overwrite` replaces them, a plain export removes them."""
+    return _COPY_NAME.fullmatch(name) is not None
+
+
 def copy_name(module: str) -> str:
     """The file a library module is copied to: hbpe_<last component>.py."""
     return f"hbpe_{module.rsplit('.', 1)[-1]}.py"
