@@ -395,6 +395,7 @@ def _render_bench_generate(r: dict[str, Any]) -> str:
     "--eval-samples",
     type=click.IntRange(min=1),
     default=None,
+    show_default="none: the training loader",
     help="Time the eval loader of data.eval_samples=N instead (a whole evaluation pass a round; --batches unused).",
 )
 @json_option()
